@@ -1,0 +1,5 @@
+"""Baseline scheduling policies, one module per baseline, each registered by name.
+
+Every module names the source it follows (paper section / SGLang file) and any deviation."""
+
+from baselines import fcfs, lpm  # noqa: F401  (import registers the policies)

@@ -1,0 +1,68 @@
+"""Run one experiment (or a Hydra multirun sweep with -m).
+
+    python run.py scheduler=lpm workload=metagpt_tl gpu=h100_80gb model=llama3_1_8b
+
+Bad input (unknown group value, malformed override, invalid parameter) prints one
+line starting with "error:" and exits with status 2. TOPAS_DEBUG=1 shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+import topas.config  # noqa: F401  (registers the resolvers used in conf/config.yaml)
+
+CONF_DIR = str(Path(__file__).resolve().parent / "conf")
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    head = lines[0]
+    if any(ln.startswith("Available options") for ln in lines):
+        i = next(i for i, ln in enumerate(lines) if ln.startswith("Available options"))
+        opts = [ln for ln in lines[i + 1 :] if not ln.startswith("Config search path")]
+        return f"{head}; available: {', '.join(opts)}"
+    return head
+
+
+def _fail(e: BaseException) -> None:
+    if os.environ.get("TOPAS_DEBUG"):
+        raise e
+    print(f"error: {_one_line(e)}", file=sys.stderr)
+    sys.exit(2)
+
+
+def precheck(argv: list[str]) -> None:
+    """Compose the config once before Hydra does, so a bad override is one clear line."""
+    if any(a in ("-m", "--multirun") for a in argv) or any(a.startswith("--") for a in argv):
+        return  # sweeps and Hydra's own flags: Hydra reports
+    from hydra import compose, initialize_config_dir
+
+    overrides = [a for a in argv if not a.startswith("hydra.") and not a.startswith("-")]
+    try:
+        with initialize_config_dir(version_base=None, config_dir=CONF_DIR):
+            compose(config_name="config", overrides=overrides)
+    except Exception as e:  # noqa: BLE001 - any composition failure is the user's input
+        _fail(e)
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    from topas.runner import run
+
+    try:
+        run(cfg)
+    except ValueError as e:  # ConfigError, UnknownPolicyError, WorkflowError, bad workload parameters
+        _fail(e)
+
+
+if __name__ == "__main__":
+    precheck(sys.argv[1:])
+    main()

@@ -1,0 +1,1 @@
+"""Engines: the discrete-event simulator (default) and real SGLang; iteration-latency predictors."""

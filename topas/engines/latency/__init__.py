@@ -1,0 +1,1 @@
+"""Iteration-latency predictors: aiconfigurator-core (default), roofline (fallback), measured profile."""

@@ -1,0 +1,157 @@
+"""Build a latency predictor by name, and ModelSpec / GpuSpec from configs.
+
+Kinds: "aiconfigurator" (measured SGLang tables), "roofline" (analytic), "auto"
+(aiconfigurator when it has data for the GPU, else roofline with a one-line
+warning; constructor keywords are not passed to the fallback). More predictors join
+with the decorator; a module ``topas/engines/latency/profile.py`` is imported on first
+use so that it can register itself::
+
+    @register_latency_model("profile")
+    def _build_profile(model: ModelSpec, gpu: GpuSpec, **kw) -> LatencyModel: ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from importlib import import_module
+from pathlib import Path
+from typing import Any, Callable, Mapping, TypeVar
+
+from topas.engines.latency.base import GpuSpec, LatencyModel, ModelSpec
+
+log = logging.getLogger(__name__)
+
+Builder = Callable[..., LatencyModel]
+_REGISTRY: dict[str, Builder] = {}
+_BUILTINS_LOADED = False
+B = TypeVar("B", bound=Builder)
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # .../topas
+
+
+def register_latency_model(name: str) -> Callable[[B], B]:
+    """Decorator: register ``builder(model, gpu, **kw) -> LatencyModel`` (a class works too)."""
+
+    def deco(builder: B) -> B:
+        if name in _REGISTRY or name == "auto":
+            raise ValueError(f"latency model {name!r} is already registered")
+        _REGISTRY[name] = builder
+        return builder
+
+    return deco
+
+
+def available_latency_models() -> list[str]:
+    _ensure_builtins()
+    return sorted(_REGISTRY) + ["auto"]
+
+
+def _ensure_builtins() -> None:
+    # Import for the registration side effect; lazy so importing the factory stays cheap.
+    global _BUILTINS_LOADED
+    if _BUILTINS_LOADED:
+        return
+    _BUILTINS_LOADED = True
+    try:  # optional predictors that register themselves
+        import_module("topas.engines.latency.profile")
+    except ModuleNotFoundError as exc:
+        if exc.name != "topas.engines.latency.profile":
+            raise
+    if "aiconfigurator" not in _REGISTRY:
+        from topas.engines.latency.aiconfigurator import AiconfiguratorLatency
+
+        register_latency_model("aiconfigurator")(AiconfiguratorLatency)
+    if "roofline" not in _REGISTRY:
+        from topas.engines.latency.roofline import RooflineLatency
+
+        register_latency_model("roofline")(RooflineLatency)
+
+
+def build_latency_model(kind: str, model: ModelSpec, gpu: GpuSpec, **kw: Any) -> LatencyModel:
+    """Predictor ``kind`` for ``model`` on ``gpu``; ``kw`` goes to its constructor."""
+    _ensure_builtins()
+    if kind == "auto":
+        from topas.engines.latency.aiconfigurator import AiconfiguratorUnavailable
+
+        try:
+            return _REGISTRY["aiconfigurator"](model, gpu, **kw)
+        except AiconfiguratorUnavailable as exc:
+            log.warning("latency model: falling back to roofline (%s)", exc)
+            return _REGISTRY["roofline"](model, gpu)
+    if kind not in _REGISTRY:
+        raise ValueError(f"unknown latency model kind {kind!r}; choose one of {available_latency_models()}")
+    return _REGISTRY[kind](model, gpu, **kw)
+
+
+# ---- specs from configs --------------------------------------------------------------------
+
+
+def _plain(mapping: Any) -> dict[str, Any]:
+    try:  # OmegaConf DictConfig -> dict (resolving interpolations)
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(mapping, DictConfig):
+            return dict(OmegaConf.to_container(mapping, resolve=True))  # type: ignore[arg-type]
+    except ImportError:  # pragma: no cover
+        pass
+    if not isinstance(mapping, Mapping):
+        raise TypeError(f"expected a mapping, got {type(mapping).__name__}")
+    return dict(mapping)
+
+
+def _build(cls: type, mapping: Any) -> Any:
+    data = _plain(mapping)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown key(s) {unknown}; allowed: {sorted(names)}")
+    required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+    missing = sorted(required - set(data))
+    if missing:
+        raise ValueError(f"{cls.__name__}: missing key(s) {missing}")
+    return cls(**data)
+
+
+def load_model_spec(mapping: Any) -> ModelSpec:
+    """ModelSpec from a dict / OmegaConf node (conf/model/*.yaml); unknown keys are an error."""
+    return _build(ModelSpec, mapping)
+
+
+def load_gpu_spec(mapping: Any) -> GpuSpec:
+    """GpuSpec from a dict / OmegaConf node (conf/gpu/*.yaml); unknown keys are an error."""
+    return _build(GpuSpec, mapping)
+
+
+def resolve_hf_config(model: ModelSpec) -> Path:
+    """Absolute path of the model's HF config.json (``hf_config`` is relative to the topas package)."""
+    if not model.hf_config:
+        raise ValueError(f"model {model.name} has no hf_config")
+    p = Path(model.hf_config)
+    return p if p.is_absolute() else PACKAGE_ROOT / p
+
+
+def model_spec_from_hf_config(path: str | Path, name: str, context_len: int | None = None) -> ModelSpec:
+    """ModelSpec from an HF config.json (dense decoder: Llama / Qwen2); params counted from shapes."""
+    cfg = json.loads(Path(path).read_text())
+    h, layers = cfg["hidden_size"], cfg["num_hidden_layers"]
+    heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    hd = cfg.get("head_dim") or h // heads
+    inter, vocab = cfg["intermediate_size"], cfg["vocab_size"]
+    bias = cfg.get("model_type") == "qwen2" or cfg.get("attention_bias", False)  # Qwen2 has q/k/v biases
+    per_layer = h * heads * hd + 2 * h * kv * hd + heads * hd * h + 3 * h * inter + 2 * h
+    per_layer += (heads * hd + 2 * kv * hd) if bias else 0
+    params = layers * per_layer + vocab * h * (1 if cfg.get("tie_word_embeddings") else 2) + h
+    resolved = Path(path).resolve()
+    return ModelSpec(
+        name=name, num_layers=layers, hidden_size=h, num_heads=heads, num_kv_heads=kv, head_dim=hd,
+        intermediate_size=inter, vocab_size=vocab, params_b=round(params / 1e9, 2),
+        context_len=context_len or cfg.get("max_position_embeddings", 32768),
+        hf_config=str(resolved.relative_to(PACKAGE_ROOT)) if resolved.is_relative_to(PACKAGE_ROOT) else str(path),
+    )
+
+
+def repo_conf_dir() -> Path:
+    """conf/ of a source checkout (editable install); not shipped in the wheel."""
+    return PACKAGE_ROOT.parent / "conf"

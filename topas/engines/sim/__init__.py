@@ -1,0 +1,1 @@
+"""Discrete-event simulator of an SGLang server (the embedded default engine)."""

@@ -1,0 +1,387 @@
+"""Discrete-event simulator of one SGLang server running multi-agent workflows.
+
+The loop mirrors SGLang's `get_next_batch_to_run` without mixed chunk (the default):
+each iteration is either an extend (prefill) batch, formed by walking the policy's
+admission list under SGLang's prefill budget, or one decode step of every running
+request; prefill has priority. Decode-only stretches in which nothing can change
+(no finish, no memory exhaustion, no external event, admission outcome constant)
+are advanced in one step: with ignore_eos clients the admission budget is invariant
+under decoding (free tokens and reservations fall together), so this is exact.
+
+External events (task arrivals, calls issued after a tool gap) live in a heap with a
+sequence number for deterministic tie-breaking; the same trace and seed give the same
+results byte for byte. The policy is consulted when something changed since its last
+decision (a request became ready, finished, completed its prefill, was retracted);
+otherwise its last decision is reused, like the SGLang plugin does.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time as wallclock
+from dataclasses import dataclass, field
+from typing import Callable
+
+from topas.engines.latency.base import LatencyModel
+from topas.engines.sim.admission import AddResult, KVPool, PrefillBudget
+from topas.engines.sim.config import SimEngineConfig
+from topas.engines.sim.entities import ReqState, SimRequest, TaskState, make_request
+from topas.engines.sim.radix import RadixCache, truncate_runs
+from topas.engines.sim.residency import PrefixResidency
+from topas.engines.sim.view import build_view
+from topas.policy import Decision, Policy, RequestFinished, RequestReady, TaskArrived
+from topas.workflow import Trace
+
+_ARRIVAL, _READY = 0, 1
+
+
+class EngineStall(RuntimeError):
+    pass
+
+
+@dataclass
+class SimStats:
+    iterations: int = 0
+    prefill_iterations: int = 0
+    decode_steps: int = 0
+    decisions: int = 0
+    decision_wall_s: list[float] = field(default_factory=list)
+    retractions: int = 0
+    preemptions: int = 0
+    wall_s: float = 0.0
+
+
+class SimEngine:
+    def __init__(self, cfg: SimEngineConfig, latency: LatencyModel, policy: Policy, trace: Trace, costs) -> None:
+        self.cfg = cfg
+        self.latency = latency
+        self.policy = policy
+        self.trace = trace
+        self.costs = costs
+        self.cache = RadixCache(cfg.kv_pool_tokens, cfg.host_pool_tokens)
+        self.pool = KVPool(cfg.kv_pool_tokens, self.cache)
+        self.residency = PrefixResidency(self.cache, self.pool, trace.agents)
+        self.now = 0.0
+        self.events: list[tuple[float, int, int, object]] = []
+        self._seq = itertools.count()
+        self.tasks: dict[int, TaskState] = {}
+        self.waiting: list[SimRequest] = []  # SGLang waiting queue (entry order)
+        self.running: list[SimRequest] = []  # decoding
+        self.chunked: SimRequest | None = None  # the one request mid chunked prefill
+        self.requests: list[SimRequest] = []
+        self.timeline: list[tuple] = []
+        self.stats = SimStats()
+        self.new_token_ratio = min(cfg.init_new_token_ratio, 1.0)
+        self._min_ratio = self.new_token_ratio * cfg.min_new_token_ratio_factor
+        self._ratio_decay = (self.new_token_ratio - self._min_ratio) / cfg.new_token_ratio_decay_steps
+        self._decision: Decision | None = None
+        self._dirty = True
+        self._pending_transfer_s = 0.0
+        self.tasks_done = 0
+        for t in trace.tasks:
+            self._push(t.arrival, _ARRIVAL, t)
+
+    # ------------------------------------------------------------------ events
+    def _push(self, t: float, kind: int, payload: object) -> None:
+        heapq.heappush(self.events, (t, next(self._seq), kind, payload))
+
+    def _next_event_time(self) -> float:
+        return self.events[0][0] if self.events else float("inf")
+
+    def _process_due_events(self) -> None:
+        while self.events and self.events[0][0] <= self.now:
+            t, _, kind, payload = heapq.heappop(self.events)
+            if kind == _ARRIVAL:
+                ts = TaskState(payload)  # type: ignore[arg-type]
+                self.tasks[ts.task.task_id] = ts
+                self.policy.on_event(TaskArrived(t, ts.task.task_id, ts.task.template))
+                for n in ts.task.workflow.topo_order:
+                    if ts.pending_deps[n] == 0:
+                        self._issue(ts, n, t)
+            else:
+                ts, node_id = payload  # type: ignore[misc]
+                req = make_request(ts, node_id, t, self.cfg.ignore_eos, self.cfg.max_new_tokens_cap)
+                self.requests.append(req)
+                self.waiting.append(req)
+                ts.waiting.add(req.rid)
+                self._dirty = True
+                self.policy.on_event(RequestReady(t, req.info()))
+
+    def _issue(self, ts: TaskState, node_id: str, t: float) -> None:
+        self._push(t + ts.task.workflow.nodes[node_id].gap_s, _READY, (ts, node_id))
+
+    # ------------------------------------------------------------------ main loop
+    def run(self, progress: Callable[[int], None] | None = None) -> None:
+        """Run until every task has finished (drain). `progress(n)` is told each finished task."""
+        start = wallclock.perf_counter()
+        while True:
+            self._process_due_events()
+            if self._dirty and (self.waiting or self.running):
+                self._decide()
+            done_before = self.tasks_done
+            if not self._step():
+                if not self.events:
+                    break
+                self.now = max(self.now, self._next_event_time())  # idle until the next arrival
+            if progress is not None and self.tasks_done != done_before:
+                progress(self.tasks_done - done_before)
+        if self.tasks_done < len(self.trace.tasks):
+            raise EngineStall(self._stall_reason())
+        self.stats.wall_s = wallclock.perf_counter() - start
+
+    def _stall_reason(self) -> str:
+        if self.waiting and not self.running and not self.chunked:
+            r = self.waiting[0]
+            return (
+                f"engine stalled with {len(self.waiting)} waiting request(s) and nothing running: "
+                f"policy '{self.policy.name}' admitted none that fits (first waiting {r.rid}: "
+                f"{r.prompt_tokens} prompt tokens, KV pool {self.cfg.kv_pool_tokens})"
+            )
+        return "engine stalled"
+
+    def _decide(self) -> None:
+        view = build_view(self)
+        t0 = wallclock.perf_counter()
+        decision = self.policy.schedule(view)
+        self.stats.decision_wall_s.append(wallclock.perf_counter() - t0)
+        self.stats.decisions += 1
+        self.now += self.cfg.decision_cost_s
+        self._decision = decision
+        self._dirty = False
+        for rid in decision.preempt:
+            req = next((r for r in self.running if r.rid == rid), None)
+            if req is not None:
+                self._release(req, preempted=True)
+                self.stats.preemptions += 1
+        self._pending_transfer_s += self.residency.apply(decision, self.cfg)
+
+    def _step(self) -> bool:
+        """Run one iteration (or a decode stretch). False if there was nothing to run."""
+        batch = self._form_prefill_batch()
+        if batch:
+            self._run_extend(batch)
+            return True
+        if self.running:
+            self._run_decode()
+            return True
+        return False
+
+    # ------------------------------------------------------------------ prefill
+    def _admission_order(self) -> tuple[list[SimRequest], bool]:
+        if self._decision is None:
+            return [], False
+        by_rid = {r.rid: r for r in self.waiting}
+        order = [by_rid[rid] for rid in self._decision.admit if rid in by_rid]
+        return order, self._decision.stop_at_first_misfit
+
+    def _form_prefill_batch(self) -> list[SimRequest]:
+        if not self.waiting and self.chunked is None:
+            return []
+        budget = PrefillBudget(self.cfg, self.pool, self.running, self.new_token_ratio)
+        if self.chunked is not None:
+            if not budget.add_chunked(self.chunked):
+                self.chunked = None
+        order, stop_at_misfit = self._admission_order()
+        loaded = 0
+        for req in order:
+            if budget.state() == AddResult.OTHER:
+                break
+            if len(self.running) + len(budget.admitted) >= self.cfg.max_running_requests:
+                break
+            ok, state, host_loaded = budget.add_one(req)
+            loaded += host_loaded
+            if not ok and (stop_at_misfit or state != AddResult.NO_TOKEN):
+                break
+            if ok and state != AddResult.CONTINUE:
+                break
+        if budget.new_chunked is not None:
+            self.chunked = budget.new_chunked
+        if loaded:
+            self._pending_transfer_s += self.cfg.transfer_time(loaded)
+        newly = [r for r in budget.admitted if r.state == ReqState.WAITING]
+        if newly:
+            admitted = set(map(id, newly))
+            self.waiting = [r for r in self.waiting if id(r) not in admitted]
+            for r in newly:
+                r.state = ReqState.RUNNING
+                r.admitted_time = self.now
+                if r.first_admit_time is None:
+                    r.first_admit_time = self.now
+                r.task.waiting.discard(r.rid)
+                r.task.running.add(r.rid)
+        for r in budget.admitted:  # allocate the extend KV now (SGLang prepare_for_extend)
+            self.pool.alloc_private(r.extend_now)
+        return budget.admitted
+
+    def _run_extend(self, batch: list[SimRequest]) -> None:
+        compute = self.latency.prefill([(r.extend_now, r.fill_done) for r in batch])
+        dt = max(compute, self._pending_transfer_s)  # load-back overlaps the forward layer by layer
+        self._pending_transfer_s = 0.0
+        self.now += dt
+        self.stats.iterations += 1
+        self.stats.prefill_iterations += 1
+        finished: list[SimRequest] = []
+        for r in batch:
+            r.service_s += dt
+            r.task.attained_s += dt
+            r.computed_tokens += r.extend_now
+            r.fill_done += r.extend_now
+            self.pool.free_private(r.extend_now)  # checkpointed into the tree below
+            node, _ = self.cache.insert(truncate_runs(r.fill_runs(), r.fill_done))
+            self.cache.lock(node)
+            self.cache.unlock(r.lock_node)
+            r.lock_node = node
+            self.residency.on_insert(r.agent)
+            r.extend_now = 0
+            if r.fill_done == r.fill_len and r is not self.chunked:
+                r.generated += 1  # the last prefill chunk yields the first token
+                if r.first_token_time is None:
+                    r.first_token_time = self.now
+                if r.generated >= r.output_tokens:
+                    finished.append(r)
+                else:
+                    self.running.append(r)
+        self._dirty = True  # the cache changed: matches differ
+        self._record("prefill", len(batch), sum(r.fill_done for r in batch), dt)
+        for r in finished:
+            self._finish(r)
+
+    # ------------------------------------------------------------------ decode
+    def _run_decode(self) -> None:
+        if self.pool.available < len(self.running):
+            self._retract()
+            if not self.running:
+                return
+        bs = len(self.running)
+        k = min(self.pool.available // bs, min(r.remaining_tokens for r in self.running))
+        if not self.cfg.ignore_eos:
+            k = 1  # the decaying new-token ratio can change admission at every step
+        ctx0 = sum(r.prompt_tokens + r.generated for r in self.running) / bs
+        k = self._limit_to_next_event(k, bs, ctx0)
+        dt = self._stretch_time(k, bs, ctx0)
+        self.pool.alloc_private(k * bs)
+        self.now += dt
+        self.stats.iterations += k
+        self.stats.decode_steps += k
+        if self._ratio_decay > 0:
+            self.new_token_ratio = max(self.new_token_ratio - k * self._ratio_decay, self._min_ratio)
+        finished = []
+        for r in self.running:
+            r.generated += k
+            r.private_tokens += k
+            r.service_s += dt
+            r.task.attained_s += dt
+            if r.generated >= r.output_tokens:
+                finished.append(r)
+        self._record("decode", bs, int(ctx0), dt, k)
+        if finished:
+            done = set(map(id, finished))
+            self.running = [r for r in self.running if id(r) not in done]
+            for r in finished:
+                self._finish(r)
+
+    def _stretch_time(self, k: int, bs: int, ctx0: float) -> float:
+        first = self.latency.decode(bs, int(ctx0))
+        if k == 1:
+            return first
+        return k * 0.5 * (first + self.latency.decode(bs, int(ctx0) + k - 1))
+
+    def _limit_to_next_event(self, k: int, bs: int, ctx0: float) -> int:
+        """Stop the stretch at the iteration during which the next external event happens."""
+        dt_ext = self._next_event_time() - self.now
+        if k <= 1 or self._stretch_time(k, bs, ctx0) < dt_ext:
+            return max(k, 1)
+        lo, hi = 1, k
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._stretch_time(mid, bs, ctx0) >= dt_ext:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _retract(self) -> None:
+        """SGLang `retract_decode`: drop the requests with the least progress until a step fits."""
+        keep = sorted(self.running, key=lambda r: (r.generated, -r.prompt_tokens), reverse=True)
+        first = True
+        while first or self.pool.available < len(keep):
+            if len(keep) == 1:
+                break
+            first = False
+            self._release(keep.pop(), preempted=False)
+            self.stats.retractions += 1
+        if self.pool.available < len(keep):
+            raise EngineStall(f"KV pool of {self.cfg.kv_pool_tokens} tokens cannot hold a single running request")
+        total_max_new = sum(r.max_new_tokens for r in keep)
+        est = (sum(r.generated for r in keep) + self.cfg.retract_decode_steps * len(keep)) / (total_max_new + 1)
+        self.new_token_ratio = min(1.0, est)
+
+    def _release(self, r: SimRequest, preempted: bool) -> None:
+        """Back to the waiting queue; its prompt stays cached (unlocked), decode KV is freed."""
+        self.pool.free_private(r.private_tokens)
+        r.private_tokens = 0
+        if r.lock_node is not None:
+            self.cache.unlock(r.lock_node)
+            r.lock_node = None
+        if r in self.running:
+            self.running.remove(r)
+        if r is self.chunked:
+            self.chunked = None
+        r.state = ReqState.WAITING
+        r.preemptions += 1
+        r.fill_done = 0
+        r.task.running.discard(r.rid)
+        r.task.waiting.add(r.rid)
+        self.waiting.append(r)
+        self._dirty = True
+
+    def _finish(self, r: SimRequest) -> None:
+        # Checkpoint prompt + output (the last token has no KV yet) and unpin.
+        owned = r.prompt_tokens + r.generated - 1
+        runs = truncate_runs(r.prompt_runs + [(r.out_segment, 0, r.generated)], owned)
+        self.pool.free_private(r.private_tokens)
+        r.private_tokens = 0
+        self.cache.insert(runs)
+        if r.lock_node is not None:
+            self.cache.unlock(r.lock_node)
+            r.lock_node = None
+        r.state = ReqState.FINISHED
+        r.finish_time = self.now
+        ts = r.task
+        ts.running.discard(r.rid)
+        ts.finished_nodes.append(r.node)
+        ts.stage_done[r.stage] += 1
+        if ts.done:
+            ts.finish_time = self.now
+            self.tasks_done += 1
+        else:
+            for child in ts.task.workflow.children[r.node]:
+                ts.pending_deps[child] -= 1
+                if ts.pending_deps[child] == 0:
+                    self._issue(ts, child, self.now)
+        self._dirty = True
+        self.policy.on_event(
+            RequestFinished(self.now, r.info(), r.generated, self.now - (r.admitted_time or self.now), ts.done)
+        )
+
+    # ------------------------------------------------------------------ records
+    def _record(self, kind: str, batch: int, tokens: int, dt: float, steps: int = 1) -> None:
+        self.timeline.append(
+            (
+                self.now - dt,
+                dt,
+                kind,
+                steps,
+                batch,
+                tokens,
+                self.pool.used,
+                self.cache.device_tokens,
+                self.cache.evictable_tokens,
+                self.cache.host_tokens,
+                self.residency.resident_count(),
+                len(self.waiting),
+                len(self.running),
+            )
+        )
+        assert self.pool.used <= self.cfg.kv_pool_tokens, "KV pool exceeded"

@@ -1,0 +1,28 @@
+"""The engine-neutral scheduling API: what a policy sees (view), what it returns
+(decision), the events it learns from, the online estimators it may share, and the
+registry from config name to policy class. Policies import only this package and
+`topas.workflow`; engines translate their own state into a view and apply decisions."""
+
+from topas.policy.decision import Decision
+from topas.policy.events import Event, RequestFinished, RequestReady, TaskArrived
+from topas.policy.registry import Policy, UnknownPolicyError, create_policy, policy_names, register_policy
+from topas.policy.view import CostModel, PrefixState, Residency, RequestInfo, SchedulerView, TaskProgress
+
+__all__ = [
+    "CostModel",
+    "Decision",
+    "Event",
+    "Policy",
+    "PrefixState",
+    "RequestFinished",
+    "RequestInfo",
+    "RequestReady",
+    "Residency",
+    "SchedulerView",
+    "TaskArrived",
+    "TaskProgress",
+    "UnknownPolicyError",
+    "create_policy",
+    "policy_names",
+    "register_policy",
+]

@@ -1,0 +1,80 @@
+"""Online service estimates shared by policies (DESIGN.md section 9, "Priors").
+
+Per (agent, stage) statistics of *finished* calls: output tokens and service seconds.
+Estimates start from a workload-independent prior (one fixed output length for
+every call, weighted as `prior_weight` pseudo-observations) and are updated from
+`RequestFinished` events only, so no policy ever sees a pending call's true length.
+Lookups fall back from (agent, stage) to agent to all calls to the prior.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from topas.policy.events import Event, RequestFinished
+
+Key = tuple[str, str]  # (agent, stage)
+
+
+@dataclass(frozen=True)
+class Prior:
+    output_tokens: float = 256.0  # the same for every call of every workload
+    weight: float = 1.0  # pseudo-observations
+
+
+@dataclass
+class _Stat:
+    n: int = 0
+    sum_tokens: float = 0.0
+    sum_service: float = 0.0
+    samples: deque = field(default_factory=lambda: deque(maxlen=64))
+
+    def add(self, tokens: int, service_s: float) -> None:
+        self.n += 1
+        self.sum_tokens += tokens
+        self.sum_service += service_s
+        self.samples.append(tokens)
+
+
+class ServiceEstimator:
+    """Running statistics of finished calls, with a workload-independent prior."""
+
+    def __init__(self, prior: Prior | None = None) -> None:
+        self.prior = prior or Prior()
+        self._by_stage: dict[Key, _Stat] = {}
+        self._by_agent: dict[str, _Stat] = {}
+        self._all = _Stat()
+
+    def observe(self, agent: str, stage: str, output_tokens: int, service_s: float) -> None:
+        self._by_stage.setdefault((agent, stage), _Stat()).add(output_tokens, service_s)
+        self._by_agent.setdefault(agent, _Stat()).add(output_tokens, service_s)
+        self._all.add(output_tokens, service_s)
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, RequestFinished):
+            r = event.request
+            self.observe(r.agent, r.stage, event.output_tokens, event.service_s)
+
+    def _stat(self, agent: str, stage: str) -> _Stat | None:
+        for s in (self._by_stage.get((agent, stage)), self._by_agent.get(agent), self._all):
+            if s is not None and s.n > 0:
+                return s
+        return None
+
+    def output_tokens(self, agent: str, stage: str) -> float:
+        """Posterior-mean output length of a call of this (agent, stage)."""
+        s = self._stat(agent, stage)
+        p = self.prior
+        if s is None:
+            return p.output_tokens
+        return (p.output_tokens * p.weight + s.sum_tokens) / (p.weight + s.n)
+
+    def output_samples(self, agent: str, stage: str) -> tuple[float, ...]:
+        """Recent observed output lengths (empirical distribution); the prior if none yet."""
+        s = self._stat(agent, stage)
+        return tuple(s.samples) if s is not None else (self.prior.output_tokens,)
+
+    def observations(self, agent: str, stage: str) -> int:
+        s = self._by_stage.get((agent, stage))
+        return s.n if s else 0

@@ -1,0 +1,154 @@
+"""Run outputs: per-task / per-request / timeline tables, the summary, atomic writes.
+
+Every engine (simulator, real SGLang) produces a `RunRecord` with the tables below,
+so `analysis/` treats both alike. Units: seconds, tokens, bytes.
+
+tasks.parquet
+    task_id, template, arrival, finish, jct (= finish of the last call - arrival),
+    num_calls, warmup (True for the first `warmup_fraction` of tasks by arrival)
+requests.parquet
+    rid, task_id, node, agent, stage, ready (entered the queue), first_admit, admit (last),
+    first_token, finish, prompt_tokens, prefix_tokens, output_tokens,
+    prefix_hit_tokens (device-cached prompt tokens at first admission),
+    host_hit_tokens (loaded back from the host tier), computed_tokens (prefill tokens
+    computed, recompute included), preemptions (retractions + policy preemptions), service_s
+timeline.parquet (one row per engine iteration or decode stretch)
+    start, duration, kind (prefill|decode), steps, batch_size, tokens, kv_used_tokens,
+    tree_tokens, evictable_tokens, host_tokens, resident_prefixes, waiting, running
+summary.json (written last: the completion marker)
+    see `summarize`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+TIMELINE_COLUMNS = [
+    "start",
+    "duration",
+    "kind",
+    "steps",
+    "batch_size",
+    "tokens",
+    "kv_used_tokens",
+    "tree_tokens",
+    "evictable_tokens",
+    "host_tokens",
+    "resident_prefixes",
+    "waiting",
+    "running",
+]
+OUTPUT_FILES = ("config.yaml", "tasks.parquet", "requests.parquet", "timeline.parquet", "summary.json")
+
+
+@dataclass
+class RunRecord:
+    tasks: pd.DataFrame
+    requests: pd.DataFrame
+    timeline: pd.DataFrame
+    engine: dict[str, Any] = field(default_factory=dict)  # engine counters (decisions, swaps, ...)
+    decision_wall_s: list[float] = field(default_factory=list)
+
+
+def mark_warmup(tasks: pd.DataFrame, warmup_fraction: float) -> pd.DataFrame:
+    tasks = tasks.sort_values(["arrival", "task_id"]).reset_index(drop=True)
+    n_warm = int(len(tasks) * warmup_fraction)
+    tasks["warmup"] = np.arange(len(tasks)) < n_warm
+    return tasks
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    return float(np.percentile(x, q)) if len(x) else float("nan")
+
+
+def summarize(rec: RunRecord, sim_wall_s: float | None = None) -> dict[str, Any]:
+    t = rec.tasks
+    steady = t[~t["warmup"]]
+    jct = steady["jct"].to_numpy(dtype=float)
+    span = float(t["finish"].max() - t["arrival"].min()) if len(t) else float("nan")
+    r = rec.requests
+    tl = rec.timeline
+    dec = tl[tl["kind"] == "decode"]
+    steps = dec["steps"].sum()
+    dw = np.asarray(rec.decision_wall_s, dtype=float)
+    makespan = float(tl["start"].iloc[-1] + tl["duration"].iloc[-1]) if len(tl) else span
+    out: dict[str, Any] = {
+        "num_tasks": int(len(t)),
+        "num_tasks_measured": int(len(steady)),
+        "jct_mean": float(jct.mean()) if len(jct) else float("nan"),
+        "jct_p50": _pct(jct, 50),
+        "jct_p90": _pct(jct, 90),
+        "jct_p99": _pct(jct, 99),
+        "jct_max": float(jct.max()) if len(jct) else float("nan"),
+        "throughput_tasks_per_s": len(t) / span if span > 0 else float("nan"),
+        "throughput_requests_per_s": len(r) / span if span > 0 else float("nan"),
+        "makespan_s": makespan,
+        "cache_hit_rate": float(r["prefix_hit_tokens"].sum() / max(r["prompt_tokens"].sum(), 1)),
+        "prefill_tokens_computed": int(r["computed_tokens"].sum()),
+        "preemptions": int(r["preemptions"].sum()),
+        "mean_batch_size": float((dec["batch_size"] * dec["steps"]).sum() / steps) if steps else 0.0,
+        "decisions": int(len(dw)),
+        "decision_ms_mean": float(dw.mean() * 1e3) if len(dw) else 0.0,
+        "decision_ms_p99": _pct(dw * 1e3, 99) if len(dw) else 0.0,
+        "decision_overhead_fraction": float(dw.sum() / makespan) if len(dw) and makespan > 0 else 0.0,
+    }
+    out.update(rec.engine)
+    if sim_wall_s is not None:
+        out["wall_s"] = sim_wall_s
+        out["sim_speedup"] = makespan / sim_wall_s if sim_wall_s > 0 else float("inf")
+    return out
+
+
+def _atomic_write(path: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_run(out_dir: str | Path, rec: RunRecord, summary: dict[str, Any], config_yaml: str) -> Path:
+    """Write every output atomically; summary.json last, as the completion marker."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").unlink(missing_ok=True)  # a rerun is incomplete until it finishes
+    _atomic_write(out / "config.yaml", lambda p: Path(p).write_text(config_yaml))
+    _atomic_write(out / "tasks.parquet", lambda p: rec.tasks.to_parquet(p, index=False))
+    _atomic_write(out / "requests.parquet", lambda p: rec.requests.to_parquet(p, index=False))
+    _atomic_write(out / "timeline.parquet", lambda p: rec.timeline.to_parquet(p, index=False))
+    _atomic_write(out / "summary.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2, sort_keys=True)))
+    return out
+
+
+def is_complete(out_dir: str | Path) -> bool:
+    out = Path(out_dir)
+    return all((out / f).exists() for f in OUTPUT_FILES)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    rows = [
+        ("tasks (measured)", f"{summary['num_tasks']} ({summary['num_tasks_measured']})"),
+        ("JCT mean / p50 / p90 / p99 / max (s)",
+         " / ".join(f"{summary[k]:.2f}" for k in ("jct_mean", "jct_p50", "jct_p90", "jct_p99", "jct_max"))),
+        ("throughput (tasks/s, req/s)", f"{summary['throughput_tasks_per_s']:.4f}, {summary['throughput_requests_per_s']:.3f}"),
+        ("cache hit rate", f"{summary['cache_hit_rate']:.3f}"),
+        ("mean decode batch size", f"{summary['mean_batch_size']:.1f}"),
+        ("preemptions / retractions", f"{summary['preemptions']} / {summary.get('retractions', 0)}"),
+        ("swap in / out (GB)", f"{summary.get('swap_in_bytes', 0) / 1e9:.2f} / {summary.get('swap_out_bytes', 0) / 1e9:.2f}"),
+        ("decisions, ms mean / p99", f"{summary['decisions']}, {summary['decision_ms_mean']:.3f} / {summary['decision_ms_p99']:.3f}"),
+    ]
+    if "sim_speedup" in summary:
+        rows.append(("simulated / wall time", f"{summary['makespan_s']:.0f} s / {summary['wall_s']:.2f} s = {summary['sim_speedup']:.0f}x"))
+    w = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)

@@ -1,0 +1,121 @@
+"""One run: config -> trace, policy, engine -> tables, summary, run folder, logger.
+
+Engine-specific construction lives in the backend builders; everything after the
+engine (tables, summary, atomic writes, W&B) is shared.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from topas.config import ConfigError, SimBackendConfig, validate
+from topas.engines.latency.base import GpuSpec, ModelSpec
+from topas.engines.latency.factory import build_latency_model, load_gpu_spec, load_model_spec
+from topas.policy import Policy, create_policy
+from topas.results import RunRecord, format_summary, summarize, write_run
+from topas.workflow import Trace
+
+
+def sim_engine_config(b: SimBackendConfig, model: ModelSpec, gpu: GpuSpec):
+    from topas.engines.latency.memory import kv_bytes_per_token, kv_pool_tokens, max_running_requests
+    from topas.engines.sim.config import SimEngineConfig
+
+    pool = kv_pool_tokens(model, gpu, b.chunked_prefill_size, b.mem_fraction_static, override=b.kv_pool_tokens)
+    return SimEngineConfig(
+        kv_pool_tokens=pool,
+        max_running_requests=max_running_requests(pool, model.context_len, b.max_running_requests),
+        chunked_prefill_size=b.chunked_prefill_size,
+        max_prefill_tokens=b.max_prefill_tokens,
+        host_cache_ratio=b.host_cache_ratio,
+        host_link_gbs=gpu.host_link_gbs,
+        host_link_latency_s=gpu.host_link_latency_s,
+        kv_bytes_per_token=kv_bytes_per_token(model),
+        ignore_eos=b.ignore_eos,
+        max_new_tokens_cap=b.max_new_tokens_cap,
+        touch_waiting_prefixes=b.touch_waiting_prefixes,
+        decision_cost_s=b.decision_cost_s,
+    )
+
+
+def run_sim(b: SimBackendConfig, model: ModelSpec, gpu: GpuSpec, policy: Policy, trace: Trace,
+            warmup_fraction: float, progress: Callable[[int], None] | None) -> tuple[RunRecord, float]:
+    from topas.engines.latency.costs import LatencyCostModel
+    from topas.engines.sim.engine import SimEngine
+    from topas.engines.sim.records import sim_record
+
+    ecfg = sim_engine_config(b, model, gpu)
+    kw = {"path": b.latency_profile} if b.latency == "profile" else {}
+    latency = build_latency_model(b.latency, model, gpu, **kw)
+    costs = LatencyCostModel(latency, ecfg.kv_bytes_per_token, ecfg.host_link_gbs, ecfg.host_link_latency_s)
+    engine = SimEngine(ecfg, latency, policy, trace, costs)
+    engine.run(progress)
+    return sim_record(engine, warmup_fraction), engine.stats.wall_s
+
+
+BACKENDS: dict[str, Callable[..., tuple[RunRecord, float]]] = {"sim": run_sim}
+
+
+def resolve_arrival_rate(w, model: ModelSpec, gpu: GpuSpec) -> float:
+    if w.arrival_rate is not None:
+        return w.arrival_rate
+    from topas.workloads.capacity import capacity_tasks_per_s
+
+    cap = capacity_tasks_per_s(w.name, model.name, gpu.name)
+    if cap is None:
+        raise ConfigError(
+            f"workload.load={w.load} needs the capacity of '{w.name}' on {model.name}/{gpu.name}, "
+            "which is not measured; set workload.arrival_rate or measure it (python -m topas.workloads.capacity)"
+        )
+    return w.load * cap
+
+
+def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False) -> tuple[Path, dict[str, Any]]:
+    """Execute one configured run and write its folder. Returns (folder, summary)."""
+    groups = validate(cfg)
+    try:
+        model = load_model_spec(cfg.model)
+        gpu = load_gpu_spec(cfg.gpu)
+    except ValueError as e:
+        raise ConfigError(str(e).splitlines()[0]) from None
+    sched = groups["scheduler"]
+    policy = create_policy(sched.name, sched.params)
+    w = groups["workload"]
+    rate = resolve_arrival_rate(w, model, gpu)
+    from topas.workloads import build_trace
+
+    wcfg = OmegaConf.to_container(cfg.workload, resolve=True)
+    wcfg["arrival_rate"] = rate
+    trace = build_trace(wcfg, int(cfg.seed))
+    out = Path(out_dir if out_dir is not None else cfg.out_dir)
+    bar = tqdm(total=len(trace.tasks), desc=f"{sched.name}/{w.name}", unit="task", disable=quiet or not cfg.progress, leave=False)
+    try:
+        record, wall = BACKENDS[groups["backend"].name](
+            groups["backend"], model, gpu, policy, trace, w.warmup_fraction, bar.update
+        )
+    finally:
+        bar.close()
+    summary = summarize(record, wall)
+    summary.update(
+        scheduler=sched.name,
+        workload=w.name,
+        arrival_rate=rate,
+        load=w.load,
+        seed=int(cfg.seed),
+        model=model.name,
+        gpu=gpu.name,
+    )
+    summary = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in summary.items()}
+    write_run(out, record, summary, OmegaConf.to_yaml(cfg, resolve=True))
+    if groups["logger"].kind == "wandb":
+        from topas.wandb_logger import log_run
+
+        log_run(groups["logger"], OmegaConf.to_container(cfg, resolve=True), summary, record, out)
+    if not quiet:
+        print(f"{sched.name} on {w.name} ({rate:.4g} tasks/s, seed {int(cfg.seed)}) -> {out}")
+        print(format_summary(summary))
+    return out, summary
