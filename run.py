@@ -20,16 +20,18 @@ import topas.config  # noqa: F401  (registers the resolvers used in conf/config.
 CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 
 
+_NOISE = ("full_key", "object_type", "provider=", "Config search path", "Set the environment variable")
+
+
 def _one_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    """Hydra/OmegaConf errors span several lines; keep the informative ones on one."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip() and not ln.strip().startswith(_NOISE)]
     if not lines:
         return type(e).__name__
-    head = lines[0]
     if any(ln.startswith("Available options") for ln in lines):
         i = next(i for i, ln in enumerate(lines) if ln.startswith("Available options"))
-        opts = [ln for ln in lines[i + 1 :] if not ln.startswith("Config search path")]
-        return f"{head}; available: {', '.join(opts)}"
-    return head
+        return f"{' '.join(lines[:i])}; available: {', '.join(lines[i + 1:])}"
+    return "; ".join(lines)
 
 
 def _fail(e: BaseException) -> None:

@@ -2,7 +2,8 @@
 
 Each group's YAML is merged into its schema; an unknown key, a wrong type or a value
 out of range is a `ConfigError` whose message is one line naming the problem.
-Model and GPU specs are validated by `topas.engines.latency.factory`.
+Model and GPU specs are validated by `topas.engines.latency.factory`, workload configs by
+`topas.workloads.config.WorkloadConfig` (next to the generators whose parameters it checks).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ def load_tag(load: float | None, rate: float | None) -> str:
     """Run-folder name of the offered load (used in `out_dir`)."""
     if load is not None:
         return f"load{load:g}"
-    return f"rate{rate:g}"
+    if rate is not None:
+        return f"rate{rate:g}"
+    return "trace-times"
 
 
 OmegaConf.register_new_resolver("load_tag", load_tag, replace=True)
@@ -46,17 +49,6 @@ class SimBackendConfig:
 
 
 @dataclass
-class WorkloadConfig:
-    name: str = "dag4"
-    generator: str = "dag4"
-    arrival_rate: Optional[float] = None  # tasks/s; None: load x capacity
-    load: Optional[float] = None  # fraction of the measured capacity
-    num_tasks: int = 100
-    warmup_fraction: float = 0.1
-    params: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class SchedulerConfig:
     name: str = "fcfs"
     params: dict[str, Any] = field(default_factory=dict)
@@ -71,7 +63,7 @@ class LoggerConfig:
     tags: list[str] = field(default_factory=list)
 
 
-_SCHEMAS = {"workload": WorkloadConfig, "scheduler": SchedulerConfig, "logger": LoggerConfig}
+_SCHEMAS = {"scheduler": SchedulerConfig, "logger": LoggerConfig}
 _BACKENDS = {"sim": SimBackendConfig}
 
 
@@ -98,17 +90,12 @@ def validate(cfg: DictConfig) -> dict[str, Any]:
     if backend not in _BACKENDS:
         raise ConfigError(f"backend: unknown backend '{backend}'; known: {', '.join(sorted(_BACKENDS))}")
     out["backend"] = validate_group(cfg, "backend", _BACKENDS[backend])
-    w = out["workload"]
-    if w.num_tasks <= 0:
-        raise ConfigError(f"workload.num_tasks must be positive, got {w.num_tasks}")
-    if w.arrival_rate is not None and w.arrival_rate <= 0:
-        raise ConfigError(f"workload.arrival_rate must be positive, got {w.arrival_rate}")
-    if w.load is not None and w.load <= 0:
-        raise ConfigError(f"workload.load must be positive, got {w.load}")
-    if w.arrival_rate is None and w.load is None:
-        raise ConfigError("workload: set arrival_rate (tasks/s) or load (fraction of capacity)")
-    if not 0 <= w.warmup_fraction < 1:
-        raise ConfigError(f"workload.warmup_fraction must be in [0, 1), got {w.warmup_fraction}")
+    from topas.workloads.config import WorkloadConfig  # the workload schema lives with the generators
+
+    try:
+        out["workload"] = WorkloadConfig.parse(cfg.workload)
+    except ValueError as e:
+        raise ConfigError(_first_line(e)) from None
     if out["logger"].kind not in ("none", "wandb"):
         raise ConfigError(f"logger.kind must be none or wandb, got '{out['logger'].kind}'")
     return out

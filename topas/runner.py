@@ -60,18 +60,19 @@ def run_sim(b: SimBackendConfig, model: ModelSpec, gpu: GpuSpec, policy: Policy,
 BACKENDS: dict[str, Callable[..., tuple[RunRecord, float]]] = {"sim": run_sim}
 
 
-def resolve_arrival_rate(w, model: ModelSpec, gpu: GpuSpec) -> float:
-    if w.arrival_rate is not None:
-        return w.arrival_rate
-    from topas.workloads.capacity import capacity_tasks_per_s
+def arrival_rate_for(w, model: ModelSpec, gpu: GpuSpec) -> float | None:
+    """`arrival_rate`, or `load` x the capacity measured for this model/GPU (None: a trace's own times)."""
+    from topas.workloads import capacity_of, resolve_arrival_rate
 
-    cap = capacity_tasks_per_s(w.name, model.name, gpu.name)
-    if cap is None:
+    if w.arrival_rate is None and w.load is not None and capacity_of(w.name, model.name, gpu.name) is None:
         raise ConfigError(
-            f"workload.load={w.load} needs the capacity of '{w.name}' on {model.name}/{gpu.name}, "
-            "which is not measured; set workload.arrival_rate or measure it (python -m topas.workloads.capacity)"
+            f"workload.load={w.load} needs the capacity of '{w.name}' on {model.name}/{gpu.name}, which is not "
+            "measured; set workload.arrival_rate or measure it (python -m topas.capacity)"
         )
-    return w.load * cap
+    try:
+        return resolve_arrival_rate(w, capacity_of(w.name, model.name, gpu.name))
+    except ValueError as e:
+        raise ConfigError(str(e).splitlines()[0]) from None
 
 
 def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False) -> tuple[Path, dict[str, Any]]:
@@ -85,12 +86,12 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False)
     sched = groups["scheduler"]
     policy = create_policy(sched.name, sched.params)
     w = groups["workload"]
-    rate = resolve_arrival_rate(w, model, gpu)
+    rate = arrival_rate_for(w, model, gpu)
+    from dataclasses import replace
+
     from topas.workloads import build_trace
 
-    wcfg = OmegaConf.to_container(cfg.workload, resolve=True)
-    wcfg["arrival_rate"] = rate
-    trace = build_trace(wcfg, int(cfg.seed))
+    trace = build_trace(replace(w, arrival_rate=rate), int(cfg.seed))
     out = Path(out_dir if out_dir is not None else cfg.out_dir)
     bar = tqdm(total=len(trace.tasks), desc=f"{sched.name}/{w.name}", unit="task", disable=quiet or not cfg.progress, leave=False)
     try:
@@ -116,6 +117,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False)
 
         log_run(groups["logger"], OmegaConf.to_container(cfg, resolve=True), summary, record, out)
     if not quiet:
-        print(f"{sched.name} on {w.name} ({rate:.4g} tasks/s, seed {int(cfg.seed)}) -> {out}")
+        rate_txt = f"{rate:.4g} tasks/s" if rate is not None else "trace arrival times"
+        print(f"{sched.name} on {w.name} ({rate_txt}, seed {int(cfg.seed)}) -> {out}")
         print(format_summary(summary))
     return out, summary

@@ -1,0 +1,85 @@
+"""Measured capacity per workload and the loads derived from it (DESIGN.md section 9).
+
+Capacity of a workload on a model/GPU = FCFS task throughput with all tasks submitted at
+t = 0. The measured figures live in `data/capacity.yaml`:
+
+    chain3: {model: qwen2_5_32b, gpu: a100_80gb, tasks_per_s: 0.21}   # model.name, gpu.name of conf/model, conf/gpu
+    ...
+
+A workload config with `arrival_rate: null` and `load: 0.7` runs at 0.7 x capacity.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from topas.workflow import Trace
+from topas.workloads.config import WorkloadConfig
+
+CAPACITY_FILE = Path(__file__).parent / "data" / "capacity.yaml"
+
+
+def load_capacity(path: str | os.PathLike = CAPACITY_FILE) -> dict[str, dict[str, Any]] | None:
+    """The capacity table (workload -> {model, gpu, tasks_per_s}), or None if not measured yet."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{path}: expected a mapping workload -> {{model, gpu, tasks_per_s}}")
+    for name, entry in data.items():
+        rate = entry.get("tasks_per_s") if isinstance(entry, Mapping) else None
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+            raise ValueError(f"{path}: workload '{name}' needs a positive tasks_per_s, got {entry!r}")
+    return {str(k): dict(v) for k, v in data.items()}
+
+
+def capacity_of(
+    workload: str, model: str | None = None, gpu: str | None = None, path: str | os.PathLike = CAPACITY_FILE
+) -> float | None:
+    """Measured capacity (tasks/s) of `workload`, or None if not measured (for that model/GPU)."""
+    table = load_capacity(path) or {}
+    entry = table.get(workload)
+    if entry is None:
+        return None
+    if (model is not None and entry.get("model") not in (None, model)) or (
+        gpu is not None and entry.get("gpu") not in (None, gpu)
+    ):
+        return None
+    return float(entry["tasks_per_s"])
+
+
+def resolve_arrival_rate(cfg: Any, capacity: float | None = None) -> float | None:
+    """The arrival rate of a workload config: `arrival_rate` if set, else `load` x capacity
+    (capacity given, or read from data/capacity.yaml). None for a trace replayed at its own times."""
+    wc = cfg if isinstance(cfg, WorkloadConfig) else WorkloadConfig.parse(cfg)
+    if wc.arrival_rate is not None:
+        return wc.arrival_rate
+    if wc.load is None:
+        if wc.generator == "trace":
+            return None
+        raise ValueError(f"workload '{wc.name}': set arrival_rate (tasks/s) or load (fraction of capacity)")
+    cap = capacity if capacity is not None else capacity_of(wc.name)
+    if cap is None:
+        raise ValueError(
+            f"workload '{wc.name}': load={wc.load} needs its capacity, not measured yet ({CAPACITY_FILE.name})"
+        )
+    return wc.load * cap
+
+
+def warmup_task_ids(trace: Trace, fraction: float) -> frozenset[int]:
+    """Ids of the first floor(fraction x tasks) tasks by arrival: excluded from statistics."""
+    if not 0 <= fraction < 1:
+        raise ValueError(f"warmup_fraction must be in [0, 1), got {fraction}")
+    k = math.floor(fraction * len(trace.tasks))
+    ordered = sorted(trace.tasks, key=lambda t: (t.arrival, t.task_id))
+    return frozenset(t.task_id for t in ordered[:k])
+
+
+# The runner's name for `capacity_of` (topas/runner.py).
+capacity_tasks_per_s = capacity_of
