@@ -29,12 +29,14 @@ class _Stat:
     sum_tokens: float = 0.0
     sum_service: float = 0.0
     samples: deque = field(default_factory=lambda: deque(maxlen=64))
+    service: deque = field(default_factory=lambda: deque(maxlen=64))
 
     def add(self, tokens: int, service_s: float) -> None:
         self.n += 1
         self.sum_tokens += tokens
         self.sum_service += service_s
         self.samples.append(tokens)
+        self.service.append(service_s)
 
 
 class ServiceEstimator:
@@ -45,11 +47,13 @@ class ServiceEstimator:
         self._by_stage: dict[Key, _Stat] = {}
         self._by_agent: dict[str, _Stat] = {}
         self._all = _Stat()
+        self.observed = 0  # finished calls seen (a cheap version number for caches)
 
     def observe(self, agent: str, stage: str, output_tokens: int, service_s: float) -> None:
         self._by_stage.setdefault((agent, stage), _Stat()).add(output_tokens, service_s)
         self._by_agent.setdefault(agent, _Stat()).add(output_tokens, service_s)
         self._all.add(output_tokens, service_s)
+        self.observed += 1
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, RequestFinished):
@@ -78,3 +82,14 @@ class ServiceEstimator:
     def observations(self, agent: str, stage: str) -> int:
         s = self._by_stage.get((agent, stage))
         return s.n if s else 0
+
+    def service_moments(self, agent: str, stage: str) -> tuple[float, float] | None:
+        """Mean and standard deviation of observed service seconds (admission to finish) of
+        recent calls of this (agent, stage) (falling back to the agent, then all calls); None if none."""
+        s = self._stat(agent, stage)
+        if s is None or not s.service:
+            return None
+        xs = s.service
+        m = sum(xs) / len(xs)
+        var = sum((x - m) ** 2 for x in xs) / len(xs)
+        return m, var**0.5

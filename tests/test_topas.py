@@ -1,0 +1,197 @@
+"""TOPAS: the score terms, the path model, the search, and the policy on hand-built states."""
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import make_trace, make_view, random_agents, random_dag, req_info, run_sim
+from topas.policy import PrefixState, TaskProgress, create_policy
+from topas.scheduler import score as S
+from topas.scheduler.progress import PathModel, TaskState, admission_chain, lse
+from topas.scheduler.search import AgentOption, Problem, RunningOption, greedy_pack, search
+from topas.workflow import Agent, TemplateStage, WorkflowTemplate
+
+
+# ---------------------------------------------------------------- score terms (pure functions)
+def test_score_terms():
+    assert S.aging(10.0, 10.0, 1.0, 60.0) == 1.0
+    assert S.aging(70.0, 10.0, 2.0, 60.0) == pytest.approx(1 + 2 * math.log(2))
+    assert S.j_admit([(2.0, 1.5), (1.0, 1.0)]) == 4.0
+    assert S.j_move([(0.1, 3), (0.2, 0)]) == pytest.approx(0.5)  # per affected task, at least once
+    assert S.j_redo([100, 50], 0.02) == pytest.approx(3.0)
+    assert S.j_revoke([1.0, 2.5]) == 3.5
+    assert S.v_reuse([(2, 0.1), (0, 5.0)], beta=0.5) == pytest.approx(0.1)
+
+
+# ---------------------------------------------------------------- path model
+def tpl(stages, agents=None):
+    agents = agents or {s.agent for s in stages}
+    return WorkflowTemplate("t", {a: Agent(a, 100) for a in agents}, {s.id: s for s in stages})
+
+
+def test_lse_is_a_smooth_upper_bound_of_max():
+    assert lse([], 1.0) == 0.0 and lse([3.0], 1.0) == 3.0
+    assert 5.0 < lse([5.0, 5.0], 1.0) == pytest.approx(5.0 + math.log(2))
+    assert lse([1.0, 9.0], 0.0) == 9.0
+
+
+def test_gain_is_largest_on_the_critical_path():
+    # source done; a long branch (L: 30 s) and a short one (R: 5 s), both waiting, then a join
+    t = tpl([TemplateStage("S", "a"), TemplateStage("L", "b", ("S",)), TemplateStage("R", "c", ("S",)),
+             TemplateStage("J", "d", ("L", "R"))])
+    st_ = TaskState.of({"L": 30.0, "R": 5.0, "J": 10.0}, {"L": 1, "R": 1}, wait_s=8.0, tau=1.0)
+    m = PathModel(t)
+    base = m.longest(st_, {})
+    d_long = base - m.longest(st_, {"L": 1})
+    d_short = base - m.longest(st_, {"R": 1})
+    assert d_long == pytest.approx(8.0, rel=0.01) and d_short < 0.01
+
+
+def test_equal_parallel_branches_still_gain_so_progress_beats_idling():
+    t = tpl([TemplateStage("S", "a"), TemplateStage("L", "b", ("S",)), TemplateStage("R", "c", ("S",)),
+             TemplateStage("J", "d", ("L", "R"))])
+    st_ = TaskState.of({"L": 10.0, "R": 10.0, "J": 10.0}, {"L": 1, "R": 1}, wait_s=4.0, tau=1.0)
+    chain = admission_chain(PathModel(t), st_, {"L": 1, "R": 1})
+    assert len(chain) == 2 and all(g > 0 for _, g in chain)
+    assert sum(g for _, g in chain) == pytest.approx(4.0, rel=0.01)  # both admitted remove W from every path
+
+
+# ---------------------------------------------------------------- search on hand-built problems
+def problem(agents, waiting, budget, base=0, K=64, chains=None, move=True, reuse=True, beta=1.0, running=()):
+    """waiting: {rid: (agent, task, tokens, gain)}"""
+    from topas.scheduler.search import Weights
+
+    by_task = {}
+    for rid, (a, t, _, g) in waiting.items():
+        by_task.setdefault(t, []).append((rid, a, g))
+
+    def chain(t, elig):
+        items = [(rid, g) for rid, a, g in by_task[t] if a in elig]
+        return sorted(items, key=lambda x: -x[1])
+
+    return Problem(budget=budget, base_tokens=base, agents={a.name: a for a in agents},
+                   request_agent={r: v[0] for r, v in waiting.items()}, request_task={r: v[1] for r, v in waiting.items()},
+                   request_tokens={r: v[2] for r, v in waiting.items()},
+                   task_agents={t: frozenset(a for _, a, _ in rs) for t, rs in by_task.items()},
+                   chain=chains or chain, swap_s_per_token=1e-5, max_actions=K, weights=Weights(beta, move, reuse),
+                   running=running)
+
+
+def ag(name, tokens=1000, forced=False, on_gpu=True, move_in=0.0, reuse_n=0, reload_s=0.1):
+    return AgentOption(name, tokens, forced, on_gpu, move_in, reuse_n, reload_s)
+
+
+def test_refuses_a_move_whose_cost_exceeds_its_gain():
+    p = problem([ag("x", on_gpu=False, move_in=5.0)], {"r": ("x", 0, 100, 1.0)}, budget=10_000)
+    assert search(p, 6).admit == []
+    p = problem([ag("x", on_gpu=False, move_in=0.5)], {"r": ("x", 0, 100, 1.0)}, budget=10_000)
+    assert search(p, 6).admit == ["r"]
+
+
+def test_keeps_the_prefix_whose_agent_has_downstream_stages():
+    # room for one 3k prefix besides the forced one; y has a stage about to become ready, z none
+    agents = [ag("run", 3000, forced=True), ag("y", 3000, reuse_n=2, reload_s=0.5), ag("z", 3000)]
+    plan = search(problem(agents, {}, budget=7000), 6)
+    assert plan.resident == frozenset({"run", "y"})
+    plan = search(problem(agents, {}, budget=7000, reuse=False), 6)
+    assert "y" not in plan.resident  # without V_reuse there is no reason to hold it
+
+
+def test_budget_holds_and_greedy_pack_takes_highest_gain_first():
+    agents = [ag("a", 1000), ag("b", 1000)]
+    waiting = {"r1": ("a", 0, 3000, 1.0), "r2": ("b", 1, 3000, 5.0), "r3": ("a", 2, 3000, 3.0)}
+    plan = greedy_pack(problem(agents, waiting, budget=8500), frozenset({"a", "b"}))
+    assert plan.admit == ["r2", "r3"] and plan.memory <= 8500
+    assert plan.blocked == [(1.0, "r1")]
+
+
+def test_preempts_only_when_gain_exceeds_redo_and_revoke():
+    agents = [ag("a", 1000, forced=True), ag("b", 1000)]
+    waiting = {"r": ("b", 1, 5000, 10.0)}
+    assert search(problem(agents, waiting, budget=8000, base=5000), 6).admit == []  # no preemption allowed
+    cheap = search(problem(agents, waiting, budget=8000, base=5000, running=[RunningOption("old", 0, 5000, 2.0)]), 6)
+    assert cheap.admit == ["r"] and cheap.preempt == ["old"]
+    dear = search(problem(agents, waiting, budget=8000, base=5000, running=[RunningOption("old", 0, 5000, 20.0)]), 6)
+    assert dear.admit == [] and dear.preempt == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 100_000))
+def test_enumeration_and_greedy_agree_on_small_pools_and_respect_the_budget(seed):
+    rng = random.Random(seed)
+    agents = [ag(f"a{i}", rng.randint(500, 4000), forced=(i == 0 and rng.random() < 0.5), on_gpu=rng.random() < 0.5,
+                 move_in=rng.uniform(0, 3), reuse_n=rng.randint(0, 2), reload_s=rng.uniform(0, 1)) for i in range(3)]
+    waiting = {f"r{j}": (f"a{rng.randrange(3)}", j, rng.randint(100, 4000), rng.uniform(0, 5)) for j in range(5)}
+    p = problem(agents, waiting, budget=rng.randint(3000, 15000))
+    exact, greedy = search(p, max_enumerate=10), search(p, max_enumerate=0)
+    for plan in (exact, greedy):
+        forced_only = plan.resident == frozenset(a.name for a in agents if a.forced)
+        assert plan.memory <= p.budget or (forced_only and not plan.admit)
+    assert greedy.score == pytest.approx(exact.score, abs=1e-9)
+
+
+# ---------------------------------------------------------------- the policy
+def test_aging_admits_an_old_task_over_a_stream_of_new_ones():
+    """Only one request fits at a time. A new task's request gains more (Delta_new = 2 x Delta_old),
+    but aging g = 1 + rho log(1 + age/H_age) overtakes that ratio once age > H (e^{(2-1)/rho} - 1):
+    with rho=1, H=60 s, after ~103 s."""
+    from topas.scheduler.progress import TaskState
+
+    def gains(now):
+        old = S.aging(now, 0.0, 1.0, 60.0) * 1.0
+        new = S.aging(now, now, 1.0, 60.0) * 2.0
+        return old, new
+
+    assert gains(50.0)[0] < gains(50.0)[1]
+    assert gains(110.0)[0] > gains(110.0)[1]
+    bound = 60.0 * (math.e - 1)
+    assert gains(bound - 1)[0] < gains(bound - 1)[1] < gains(bound + 1)[0]
+
+
+def test_topas_never_exceeds_the_budget_and_finishes_everything_in_the_simulator():
+    from test_sim_engine import check_run
+
+    rng = random.Random(3)
+    agents = random_agents(rng, 4)
+    shapes = [random_dag(rng, rng.randint(2, 6), agents, f"w{i}") for i in range(3)]
+    wfs = [shapes[i % 3] for i in range(30)]
+    tr = make_trace(wfs, sorted(rng.uniform(0, 30) for _ in wfs))
+    for pol in ("topas", "topas_base", "topas_no_reuse", "topas_no_aging"):
+        check_run(run_sim(tr, pol, kv_pool_tokens=6000))
+
+
+def test_decisions_do_not_depend_on_true_output_lengths():
+    """Two traces identical but for the true output lengths: every decision before the first
+    call finishes must be identical (the policy cannot see what has not happened)."""
+    from topas.engines.sim.records import sim_record
+    from topas.workflow import CallNode, Workflow
+    from conftest import chain_workflow
+
+    class Recorder:
+        def __init__(self, inner):
+            self.inner, self.log, self.finished = inner, [], False
+            self.name = inner.name
+
+        def on_event(self, e):
+            from topas.policy import RequestFinished
+            self.finished |= isinstance(e, RequestFinished)
+            self.inner.on_event(e)
+
+        def schedule(self, view):
+            d = self.inner.schedule(view)
+            if not self.finished:
+                self.log.append((round(view.now, 9), d))
+            return d
+
+    def trace(out):
+        return make_trace([chain_workflow(out=out) for _ in range(6)], [0.0, 0.1, 0.2, 0.3, 0.4, 0.5])
+
+    logs = []
+    for out in (50, 400):
+        rec = Recorder(create_policy("topas"))
+        run_sim(trace(out), rec)
+        logs.append(rec.log)
+    assert logs[0] and logs[0] == logs[1][: len(logs[0])]

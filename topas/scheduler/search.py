@@ -1,0 +1,199 @@
+"""TOPAS search over post-decision states (DESIGN.md section 2).
+
+A candidate state is a resident prefix set R' plus the requests admitted under it.
+`greedy_pack` fills R' with admissions by largest age-weighted conditional progress
+until the KV budget is spent, the gain is zero, or K actions are taken; the
+budget constraint  sum_{a in R'} l_a + sum_{r in Q'} d_r <= B  holds for every plan.
+`search` enumerates every subset of the free agents when there are at most M of them,
+else starts from the forced set and applies greedy single and pair additions with
+repair moves (drop, swap) while the score improves: O(|A|^2) evaluations per round.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from topas.scheduler import score as S
+
+Chain = Sequence[tuple[str, float]]  # [(rid, age-weighted marginal gain)] of one task, in admission order
+
+
+@dataclass(frozen=True)
+class AgentOption:
+    name: str
+    tokens: int  # l_a
+    forced: bool  # a kept running request uses it: it stays resident
+    on_gpu: bool
+    move_in_s: float  # 0 on GPU; host load; or recompute (prefill) when on neither tier
+    reuse_n: int  # one-hop downstream stages about to become ready (V_reuse)
+    reload_s: float  # seconds to bring the prefix back later (V_reuse unit)
+
+
+@dataclass(frozen=True)
+class RunningOption:
+    rid: str
+    task_id: int
+    tokens: int  # KV freed by preempting it
+    cost_s: float  # J_redo + J_revoke
+
+
+@dataclass(frozen=True)
+class Weights:
+    beta: float = 1.0
+    move: bool = True
+    reuse: bool = True
+
+
+@dataclass
+class Problem:
+    budget: int  # B
+    base_tokens: int  # KV of the running requests that are kept
+    agents: Mapping[str, AgentOption]
+    request_agent: Mapping[str, str]
+    request_task: Mapping[str, int]
+    request_tokens: Mapping[str, int]  # d_r of each waiting request
+    task_agents: Mapping[int, frozenset[str]]  # agents of each task's waiting requests
+    chain: Callable[[int, frozenset[str]], Chain]  # the task's admission chain for eligible agents
+    swap_s_per_token: float
+    max_actions: int  # K
+    weights: Weights = field(default_factory=Weights)
+    running: Sequence[RunningOption] = ()  # preemption candidates (empty: never preempt)
+
+
+@dataclass
+class Plan:
+    resident: frozenset[str]
+    admit: list[str]
+    gains: dict[str, float]
+    score: float
+    memory: int
+    blocked: list[tuple[float, str]] = field(default_factory=list)  # (gain, rid) refused for lack of memory
+    preempt: list[str] = field(default_factory=list)
+
+
+def greedy_pack(p: Problem, resident: frozenset[str]) -> Plan:
+    mem = p.base_tokens + sum(p.agents[a].tokens for a in resident)
+    heap: list[tuple[float, int, int, int]] = []  # (-gain, task, index in chain, tie)
+    chains: dict[int, Chain] = {}
+    for t, ags in p.task_agents.items():
+        elig = ags & resident
+        if not elig:
+            continue
+        ch = p.chain(t, elig)
+        if ch:
+            chains[t] = ch
+            heapq.heappush(heap, (-ch[0][1], t, 0, 0))
+    admit: list[str] = []
+    gains: dict[str, float] = {}
+    blocked: list[tuple[float, str]] = []
+    while heap and len(admit) < p.max_actions:
+        neg, t, i, _ = heapq.heappop(heap)
+        if -neg <= 0:
+            break
+        rid, g = chains[t][i]
+        d = p.request_tokens[rid]
+        if mem + d > p.budget:
+            blocked.append((g, rid))
+            continue  # later items of this chain are conditional on this one: drop the chain
+        mem += d
+        admit.append(rid)
+        gains[rid] = g
+        if i + 1 < len(chains[t]):
+            heapq.heappush(heap, (-chains[t][i + 1][1], t, i + 1, 0))
+    plan = Plan(resident, admit, gains, _score(p, resident, admit, gains, mem), mem, blocked)
+    return preempt_repair(p, plan) if p.running and blocked else plan
+
+
+def _score(p: Problem, resident: frozenset[str], admit: list[str], gains: Mapping[str, float], mem: int) -> float:
+    w = p.weights
+    total = S.j_admit((g, 1.0) for g in gains.values())  # gains are already age-weighted
+    if w.move:
+        tasks_by_agent: dict[str, set[int]] = {}
+        for rid in admit:
+            tasks_by_agent.setdefault(p.request_agent[rid], set()).add(p.request_task[rid])
+        moves = [(p.agents[a].move_in_s, len(tasks_by_agent.get(a, ()))) for a in resident if not p.agents[a].on_gpu]
+        # prefixes left out of R' only move when the batch needs their memory
+        out_tokens = sum(o.tokens for a, o in p.agents.items() if o.on_gpu and a not in resident)
+        overflow = min(out_tokens, max(mem + out_tokens - p.budget, 0))
+        moves.append((overflow * p.swap_s_per_token, 1))
+        total -= S.j_move(moves)
+    if w.reuse:
+        total += S.v_reuse(((p.agents[a].reuse_n, p.agents[a].reload_s) for a in resident), w.beta)
+    return total
+
+
+def feasible(p: Problem, resident: frozenset[str]) -> bool:
+    return p.base_tokens + sum(p.agents[a].tokens for a in resident) <= p.budget
+
+
+def _best(p: Problem, sets: list[frozenset[str]], memo: dict[frozenset[str], Plan]) -> Plan | None:
+    best = None
+    for r in sets:
+        if r not in memo:
+            if not feasible(p, r):
+                continue
+            memo[r] = greedy_pack(p, r)
+        plan = memo[r]
+        if best is None or plan.score > best.score + 1e-12:
+            best = plan
+    return best
+
+
+def search(p: Problem, max_enumerate: int) -> Plan:
+    forced = frozenset(a for a, o in p.agents.items() if o.forced)
+    free = sorted(a for a in p.agents if a not in forced)
+    memo: dict[frozenset[str], Plan] = {}
+    start = greedy_pack(p, forced)  # always evaluated, even if the forced prefixes alone overflow
+    memo[forced] = start
+    if len(free) <= max_enumerate:
+        subsets = [forced | frozenset(c) for k in range(1, len(free) + 1) for c in itertools.combinations(free, k)]
+        best = _best(p, subsets, memo)
+        return best if best is not None and best.score > start.score + 1e-12 else start
+    cur = start
+    while True:
+        inside = sorted(cur.resident - forced)
+        outside = [a for a in free if a not in cur.resident]
+        moves = [cur.resident | {a} for a in outside]
+        moves += [cur.resident - {a} for a in inside]
+        moves += [(cur.resident - {a}) | {b} for a in inside for b in outside]
+        best = _best(p, moves, memo)
+        if best is None or best.score <= cur.score + 1e-12:
+            pairs = [cur.resident | {a, b} for a, b in itertools.combinations(outside, 2)]
+            best = _best(p, pairs, memo)
+            if best is None or best.score <= cur.score + 1e-12:
+                return cur
+        cur = best
+
+
+def preempt_repair(p: Problem, plan: Plan) -> Plan:
+    """Repair move: admit a blocked high-gain request by preempting running ones whose
+    J_redo + J_revoke is below its gain (cheapest per freed token first), within K actions."""
+    pool = sorted(p.running, key=lambda r: r.cost_s / max(r.tokens, 1))
+    taken: set[str] = set()
+    mem = plan.memory
+    for g, rid in sorted(plan.blocked, reverse=True):
+        if len(plan.admit) + len(plan.preempt) >= p.max_actions:
+            break
+        need = mem + p.request_tokens[rid] - p.budget
+        chosen, freed, cost = [], 0, 0.0
+        for r in pool:
+            if freed >= need:
+                break
+            if r.rid in taken or r.task_id == p.request_task[rid]:
+                continue
+            chosen.append(r)
+            freed += r.tokens
+            cost += r.cost_s
+        if freed < need or cost >= g or len(plan.admit) + len(plan.preempt) + len(chosen) + 1 > p.max_actions:
+            continue
+        taken.update(r.rid for r in chosen)
+        plan.preempt.extend(r.rid for r in chosen)
+        plan.admit.append(rid)
+        plan.gains[rid] = g
+        plan.score += g - cost
+        mem += p.request_tokens[rid] - freed
+    plan.memory = mem
+    return plan

@@ -1,0 +1,284 @@
+"""TOPAS: workflow-aware prefix-state scheduling (the policy wiring; DESIGN.md section 2).
+
+At each decision the policy builds, from the engine-neutral view, a `Problem`:
+- per task, the path model state (stage service estimates learned online, running
+  residuals, waiting calls, the expected queueing delay W) whose admission chains give
+  each waiting request's conditional progress Delta_task, weighted by task aging;
+- per agent of the active pool (running, waiting, or one hop downstream of a running
+  stage): prefix length, whether running requests force it resident, the cost of moving
+  it in (host load, or prefill recompute when on neither tier), its one-hop reuse count;
+- the KV budget B and the KV of the kept running requests.
+`search` picks the resident set R' and admissions maximizing
+J_admit - J_move - J_redo - J_revoke + V_reuse; a repair step may preempt running
+requests for a blocked request worth more than their redo + revoked credit. The decision
+pins R', admits the chosen requests first, then (work-conserving) every other waiting
+request by gain, aging and ready time; the engine skips what does not fit.
+
+Estimates only: output lengths and service times come from `ServiceEstimator`
+(finished calls, workload-independent prior); W is learned from observed queueing delays.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict, defaultdict
+from dataclasses import dataclass
+
+from topas.policy import Decision, Policy, RequestFinished, RequestInfo, Residency, SchedulerView, register_policy
+from topas.policy.estimates import Prior, ServiceEstimator
+from topas.policy.progress import active_stage_counts, remaining_calls
+from topas.scheduler import score as S
+from topas.scheduler.progress import PathModel, TaskState, admission_chain
+from topas.scheduler.search import AgentOption, Problem, RunningOption, Weights, search
+from topas.workflow import WorkflowTemplate
+
+_TYPICAL_CONTEXT = 4096
+
+
+@dataclass(frozen=True)
+class TopasParams:
+    beta: float = 1.0  # V_reuse weight
+    rho: float = 1.0  # aging strength
+    h_age: float = 60.0  # aging time scale (s)
+    M: int = 6  # enumerate all prefix subsets when the free agent pool is at most M
+    K: int = 64  # at most K admits + preempts per decision
+    use_aging: bool = True
+    use_reuse: bool = True
+    use_move: bool = True
+    use_redo: bool = True
+    use_revoke: bool = True
+    tie_temperature: float = 0.25  # smooth-max temperature as a fraction of W
+    wait_ewma: float = 0.2  # smoothing of the observed queueing delay W
+    prior_output_tokens: float = 256.0  # workload-independent prior (DESIGN.md section 9)
+    work_conserving: bool = True  # after scored admissions, offer every other waiting request
+
+    def __post_init__(self) -> None:
+        if self.h_age <= 0 or self.M < 0 or self.K <= 0 or self.beta < 0 or self.rho < 0:
+            raise ValueError(f"topas: invalid parameters {self}")
+
+
+class _LRU(OrderedDict):
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def put(self, k, v) -> None:
+        self[k] = v
+        self.move_to_end(k)
+        if len(self) > self.size:
+            self.popitem(last=False)
+
+
+@register_policy("topas")
+class Topas(Policy):
+    """Full TOPAS. Ablations are subclasses that change parameter defaults (below)."""
+
+    Params = TopasParams
+
+    def __init__(self, params: TopasParams | None = None) -> None:
+        super().__init__(params)
+        p = self.params
+        self.est = ServiceEstimator(Prior(output_tokens=p.prior_output_tokens))
+        self.wait_s = 0.0  # EWMA of observed queueing delays (W)
+        self._seen_admitted: set[str] = set()
+        self.credit: dict[str, float] = {}  # lambda_r: admission credit of running requests
+        self._models: dict[str, PathModel] = {}
+        self._chains = _LRU(4096)  # (task, signature, eligible) -> chain of (stage, gain)
+
+    # ------------------------------------------------------------------ learning
+    def on_event(self, event) -> None:
+        self.est.on_event(event)
+        if isinstance(event, RequestFinished):
+            self.credit.pop(event.request.rid, None)
+            self._seen_admitted.discard(event.request.rid)
+
+    def _observe_admissions(self, view: SchedulerView) -> None:
+        for r in view.running:
+            if r.rid not in self._seen_admitted and r.admitted_time is not None:
+                self._seen_admitted.add(r.rid)
+                if r.preemptions == 0:
+                    delay = max(r.admitted_time - r.ready_time, 0.0)
+                    a = self.params.wait_ewma
+                    self.wait_s = delay if not self.wait_s else (1 - a) * self.wait_s + a * delay
+
+    # ------------------------------------------------------------------ estimates
+    def _step_s(self, view: SchedulerView) -> float:
+        return view.costs.decode_step_time(max(len(view.running), 1), _TYPICAL_CONTEXT)
+
+    def _stage_time(self, agent: str, stage: str, step_s: float) -> tuple[float, float]:
+        mom = self.est.service_moments(agent, stage)
+        if mom is not None and self.est.observations(agent, stage) > 0:
+            return mom
+        m = self.est.output_tokens(agent, stage) * step_s
+        return m, 0.5 * m
+
+    def _model(self, tpl: WorkflowTemplate) -> PathModel:
+        if tpl.name not in self._models:
+            self._models[tpl.name] = PathModel(tpl)
+        return self._models[tpl.name]
+
+    # ------------------------------------------------------------------ decision
+    def schedule(self, view: SchedulerView) -> Decision:
+        p = self.params
+        self._observe_admissions(view)
+        step_s = self._step_s(view)
+        wait_s = max(self.wait_s, step_s)
+        active = active_stage_counts(view)
+        waiting_by_task: dict[int, list[RequestInfo]] = defaultdict(list)
+        for r in view.waiting:
+            waiting_by_task[r.task_id].append(r)
+        running_by_task: dict[int, list[RequestInfo]] = defaultdict(list)
+        for r in view.running:
+            running_by_task[r.task_id].append(r)
+
+        states: dict[int, TaskState] = {}
+        reuse_n: Counter = Counter()
+        for tid, prog in view.tasks.items():
+            tpl = view.templates[prog.template]
+            rem = remaining_calls(tpl, prog, active.get(tid, {}))
+            if waiting_by_task.get(tid):
+                states[tid] = self._task_state(tpl, rem, waiting_by_task[tid], running_by_task.get(tid, []), wait_s, step_s)
+            for r in running_by_task.get(tid, []):
+                self._count_reuse(tpl, rem, active.get(tid, {}), r.stage, reuse_n)
+
+        gain_weight = {tid: (S.aging(view.now, view.tasks[tid].arrival, p.rho, p.h_age) if p.use_aging else 1.0) for tid in states}
+        stage_rids = {tid: self._stage_rids(rs) for tid, rs in waiting_by_task.items()}
+
+        def chain(tid: int, eligible: frozenset[str]):
+            st = states[tid]
+            tpl = view.templates[view.tasks[tid].template]
+            elig = Counter({s: len(rids) for s, rids in stage_rids[tid].items() if tpl.stages[s].agent in eligible})
+            key = (tid, st, frozenset(elig.items()), self.est.observed)
+            ch = self._chains.get(key)
+            if ch is None:
+                ch = admission_chain(self._model(tpl), st, elig)
+                self._chains.put(key, ch)
+            used: Counter = Counter()
+            out = []
+            for s, g in ch:
+                out.append((stage_rids[tid][s][used[s]], g * gain_weight[tid]))
+                used[s] += 1
+            return out
+
+        problem = self._problem(view, waiting_by_task, reuse_n, chain, step_s)
+        plan = search(problem, p.M)
+        for rid in plan.admit:
+            self.credit[rid] = plan.gains.get(rid, 0.0)
+        admit = list(plan.admit)
+        if p.work_conserving:
+            chosen = set(admit)
+            rest = [r for r in view.waiting if r.rid not in chosen]
+            rest.sort(key=lambda r: (r.agent not in plan.resident, -gain_weight.get(r.task_id, 1.0), r.ready_time))
+            admit += [r.rid for r in rest]
+        return Decision(admit=tuple(admit), pin=frozenset(plan.resident), preempt=tuple(plan.preempt))
+
+    def _task_state(self, tpl, rem, waiting, running, wait_s, step_s) -> TaskState:
+        p = self.params
+        base: dict[str, float] = {}
+        spread = []
+        run_by_stage: dict[str, list[RequestInfo]] = defaultdict(list)
+        for r in running:
+            run_by_stage[r.stage].append(r)
+        for s, n in rem.items():
+            if n <= 0:
+                continue
+            agent = tpl.stages[s].agent
+            m, sd = self._stage_time(agent, s, step_s)
+            spread.append(sd)
+            todo = n - len(run_by_stage.get(s, ()))
+            residual = 0.0
+            for r in run_by_stage.get(s, ()):
+                y = self.est.output_tokens(agent, s)
+                # bucketed so a cached chain survives a few decode steps
+                frac = max(1.0 - r.generated_tokens / max(y, 1.0), 0.1)
+                residual += m * round(frac * 4) / 4
+            base[s] = round(max(todo, 0.0) * m + residual, 3)
+        waiting_counts = Counter(r.stage for r in waiting)
+        tau = p.tie_temperature * wait_s + (sum(spread) / len(spread) if spread else 0.0)
+        return TaskState.of(base, waiting_counts, round(wait_s, 3), round(tau, 3))
+
+    @staticmethod
+    def _stage_rids(rs: list[RequestInfo]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = defaultdict(list)
+        for r in sorted(rs, key=lambda r: (r.ready_time, r.rid)):
+            out[r.stage].append(r.rid)
+        return out
+
+    @staticmethod
+    def _count_reuse(tpl, rem, active, stage: str, reuse_n: Counter) -> None:
+        """n_a(t): stages one hop downstream of a running stage that become ready when it finishes."""
+        if rem.get(stage, 0) - active.get(stage, 0) >= 1:  # the next turn of a repeated stage
+            reuse_n[tpl.stages[stage].agent] += 1
+        for c in tpl.children[stage]:
+            if rem.get(c, 0) <= 0 or active.get(c, 0):
+                continue
+            if all(rem.get(d, 0) <= 0 or active.get(d, 0) for d in tpl.stages[c].deps):
+                reuse_n[tpl.stages[c].agent] += 1
+
+    def _problem(self, view: SchedulerView, waiting_by_task, reuse_n: Counter, chain, step_s: float) -> Problem:
+        p = self.params
+        costs = view.costs
+        forced = {r.agent for r in view.running}
+        pool = forced | {r.agent for r in view.waiting} | {a for a, n in reuse_n.items() if n > 0}
+        agents = {}
+        for a in sorted(pool):
+            ps = view.prefixes.get(a)
+            if ps is None:
+                continue
+            res = ps.residency
+            move_in = 0.0 if res == Residency.GPU else costs.swap_time(ps.tokens) if res == Residency.HOST else costs.prefill_time(ps.tokens)
+            agents[a] = AgentOption(a, ps.tokens, a in forced, res == Residency.GPU, move_in, reuse_n.get(a, 0), costs.swap_time(ps.tokens))
+        running_kv = sum(self._kv(r) for r in view.running)
+        swap_per_token = costs.swap_time(10_000) / 10_000
+        return Problem(
+            budget=view.kv_capacity_tokens,
+            base_tokens=running_kv,
+            agents=agents,
+            request_agent={r.rid: r.agent for r in view.waiting},
+            request_task={r.rid: r.task_id for r in view.waiting},
+            request_tokens={r.rid: self._kv(r) for r in view.waiting},
+            task_agents={t: frozenset(r.agent for r in rs if r.agent in agents) for t, rs in waiting_by_task.items()},
+            chain=chain,
+            swap_s_per_token=swap_per_token,
+            max_actions=p.K,
+            weights=Weights(beta=p.beta, move=p.use_move, reuse=p.use_reuse),
+            running=self._running_options(view, step_s) if (p.use_redo or p.use_revoke) else (),
+        )
+
+    def _kv(self, r: RequestInfo) -> int:
+        """d_r at completion: own prompt suffix + (estimated) output, beyond the shared prefix."""
+        y = self.est.output_tokens(r.agent, r.stage)
+        return int(r.prompt_tokens - r.prefix_tokens + max(y, r.generated_tokens))
+
+    def _running_options(self, view: SchedulerView, step_s: float) -> list[RunningOption]:
+        p = self.params
+        out = []
+        for r in view.running:
+            cost = (S.j_redo([r.generated_tokens], step_s) if p.use_redo else 0.0) + (
+                S.j_revoke([self.credit.get(r.rid, 0.0)]) if p.use_revoke else 0.0)
+            out.append(RunningOption(r.rid, r.task_id, self._kv(r), cost))
+        return out
+
+
+
+@register_policy("topas_base")
+class TopasBase(Topas):
+    """Ablation: no reuse value, no aging (the paper's TOPAS-base)."""
+
+    @dataclass(frozen=True)
+    class Params(TopasParams):
+        use_reuse: bool = False
+        use_aging: bool = False
+
+
+@register_policy("topas_no_reuse")
+class TopasNoReuse(Topas):
+    @dataclass(frozen=True)
+    class Params(TopasParams):
+        use_reuse: bool = False
+
+
+@register_policy("topas_no_aging")
+class TopasNoAging(Topas):
+    @dataclass(frozen=True)
+    class Params(TopasParams):
+        use_aging: bool = False
