@@ -2,4 +2,13 @@
 
 Every module names the source it follows (paper section / SGLang file) and any deviation."""
 
-from baselines import fcfs, lpm  # noqa: F401  (import registers the policies)
+from baselines import (  # noqa: F401  (import registers the policies)
+    autellix_las,
+    continuum_ttl,
+    dfs_weight,
+    fcfs,
+    kvflow,
+    lpm,
+    parrot_fcfs,
+    spf,
+)

@@ -60,7 +60,7 @@ def test_equal_parallel_branches_still_gain_so_progress_beats_idling():
 
 
 # ---------------------------------------------------------------- search on hand-built problems
-def problem(agents, waiting, budget, base=0, K=64, chains=None, move=True, reuse=True, beta=1.0, running=()):
+def problem(agents, waiting, budget, base=0, K=64, chains=None, move=True, reuse=True, beta=1.0, running=None):
     """waiting: {rid: (agent, task, tokens, gain)}"""
     from topas.scheduler.search import Weights
 
@@ -77,7 +77,7 @@ def problem(agents, waiting, budget, base=0, K=64, chains=None, move=True, reuse
                    request_tokens={r: v[2] for r, v in waiting.items()},
                    task_agents={t: frozenset(a for _, a, _ in rs) for t, rs in by_task.items()},
                    chain=chains or chain, swap_s_per_token=1e-5, max_actions=K, weights=Weights(beta, move, reuse),
-                   running=running)
+                   running=(lambda: running) if running is not None else None)
 
 
 def ag(name, tokens=1000, forced=False, on_gpu=True, move_in=0.0, reuse_n=0, reload_s=0.1):

@@ -60,7 +60,14 @@ class Problem:
     swap_s_per_token: float
     max_actions: int  # K
     weights: Weights = field(default_factory=Weights)
-    running: Sequence[RunningOption] = ()  # preemption candidates (empty: never preempt)
+    running: Callable[[], Sequence[RunningOption]] | None = None  # preemption candidates, computed on demand
+    _victims: list[RunningOption] | None = field(default=None, init=False, repr=False)
+
+    def victims(self) -> list[RunningOption]:
+        """Preemption candidates, cheapest per freed token first (computed once per decision)."""
+        if self._victims is None:
+            self._victims = sorted(self.running() if self.running else (), key=lambda r: r.cost_s / max(r.tokens, 1))
+        return self._victims
 
 
 @dataclass
@@ -104,7 +111,7 @@ def greedy_pack(p: Problem, resident: frozenset[str]) -> Plan:
         if i + 1 < len(chains[t]):
             heapq.heappush(heap, (-chains[t][i + 1][1], t, i + 1, 0))
     plan = Plan(resident, admit, gains, _score(p, resident, admit, gains, mem), mem, blocked)
-    return preempt_repair(p, plan) if p.running and blocked else plan
+    return preempt_repair(p, plan) if p.running is not None and blocked else plan
 
 
 def _score(p: Problem, resident: frozenset[str], admit: list[str], gains: Mapping[str, float], mem: int) -> float:
@@ -171,7 +178,7 @@ def search(p: Problem, max_enumerate: int) -> Plan:
 def preempt_repair(p: Problem, plan: Plan) -> Plan:
     """Repair move: admit a blocked high-gain request by preempting running ones whose
     J_redo + J_revoke is below its gain (cheapest per freed token first), within K actions."""
-    pool = sorted(p.running, key=lambda r: r.cost_s / max(r.tokens, 1))
+    pool = p.victims()
     taken: set[str] = set()
     mem = plan.memory
     for g, rid in sorted(plan.blocked, reverse=True):

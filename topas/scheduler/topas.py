@@ -50,9 +50,10 @@ class TopasParams:
     wait_ewma: float = 0.2  # smoothing of the observed queueing delay W
     prior_output_tokens: float = 256.0  # workload-independent prior (DESIGN.md section 9)
     work_conserving: bool = True  # after scored admissions, offer every other waiting request
+    preempt_margin: float = 0.5  # hysteresis: preempt only for a gain above (1 + margin) x (redo + revoke)
 
     def __post_init__(self) -> None:
-        if self.h_age <= 0 or self.M < 0 or self.K <= 0 or self.beta < 0 or self.rho < 0:
+        if self.h_age <= 0 or self.M < 0 or self.K <= 0 or self.beta < 0 or self.rho < 0 or self.preempt_margin < 0:
             raise ValueError(f"topas: invalid parameters {self}")
 
 
@@ -80,7 +81,9 @@ class Topas(Policy):
         self.est = ServiceEstimator(Prior(output_tokens=p.prior_output_tokens))
         self.wait_s = 0.0  # EWMA of observed queueing delays (W)
         self._seen_admitted: set[str] = set()
-        self.credit: dict[str, float] = {}  # lambda_r: admission credit of running requests
+        # lambda_r of running requests, in units of W x aging (the scale gains are measured in),
+        # so a credit revoked later is valued at the current W and aging, like a new admission.
+        self.credit: dict[str, float] = {}
         self._models: dict[str, PathModel] = {}
         self._chains = _LRU(4096)  # (task, signature, eligible) -> chain of (stage, gain)
 
@@ -136,7 +139,8 @@ class Topas(Policy):
             tpl = view.templates[prog.template]
             rem = remaining_calls(tpl, prog, active.get(tid, {}))
             if waiting_by_task.get(tid):
-                states[tid] = self._task_state(tpl, rem, waiting_by_task[tid], running_by_task.get(tid, []), wait_s, step_s)
+                states[tid] = self._task_state(tpl, rem, Counter(r.stage for r in waiting_by_task[tid]),
+                                               running_by_task.get(tid, []), wait_s, step_s)
             for r in running_by_task.get(tid, []):
                 self._count_reuse(tpl, rem, active.get(tid, {}), r.stage, reuse_n)
 
@@ -159,19 +163,21 @@ class Topas(Policy):
                 used[s] += 1
             return out
 
-        problem = self._problem(view, waiting_by_task, reuse_n, chain, step_s)
+        ctx = _Context(view, active, waiting_by_task, running_by_task, wait_s, step_s)
+        problem = self._problem(view, waiting_by_task, reuse_n, chain, ctx)
         plan = search(problem, p.M)
         for rid in plan.admit:
-            self.credit[rid] = plan.gains.get(rid, 0.0)
+            tid = problem.request_task[rid]
+            self.credit[rid] = plan.gains.get(rid, 0.0) / (wait_s * gain_weight.get(tid, 1.0))
         admit = list(plan.admit)
         if p.work_conserving:
-            chosen = set(admit)
+            chosen = set(admit) | set(plan.preempt)
             rest = [r for r in view.waiting if r.rid not in chosen]
             rest.sort(key=lambda r: (r.agent not in plan.resident, -gain_weight.get(r.task_id, 1.0), r.ready_time))
             admit += [r.rid for r in rest]
         return Decision(admit=tuple(admit), pin=frozenset(plan.resident), preempt=tuple(plan.preempt))
 
-    def _task_state(self, tpl, rem, waiting, running, wait_s, step_s) -> TaskState:
+    def _task_state(self, tpl, rem, waiting_counts: Counter, running, wait_s, step_s) -> TaskState:
         p = self.params
         base: dict[str, float] = {}
         spread = []
@@ -192,7 +198,6 @@ class Topas(Policy):
                 frac = max(1.0 - r.generated_tokens / max(y, 1.0), 0.1)
                 residual += m * round(frac * 4) / 4
             base[s] = round(max(todo, 0.0) * m + residual, 3)
-        waiting_counts = Counter(r.stage for r in waiting)
         tau = p.tie_temperature * wait_s + (sum(spread) / len(spread) if spread else 0.0)
         return TaskState.of(base, waiting_counts, round(wait_s, 3), round(tau, 3))
 
@@ -214,7 +219,7 @@ class Topas(Policy):
             if all(rem.get(d, 0) <= 0 or active.get(d, 0) for d in tpl.stages[c].deps):
                 reuse_n[tpl.stages[c].agent] += 1
 
-    def _problem(self, view: SchedulerView, waiting_by_task, reuse_n: Counter, chain, step_s: float) -> Problem:
+    def _problem(self, view: SchedulerView, waiting_by_task, reuse_n: Counter, chain, ctx: "_Context") -> Problem:
         p = self.params
         costs = view.costs
         forced = {r.agent for r in view.running}
@@ -241,7 +246,7 @@ class Topas(Policy):
             swap_s_per_token=swap_per_token,
             max_actions=p.K,
             weights=Weights(beta=p.beta, move=p.use_move, reuse=p.use_reuse),
-            running=self._running_options(view, step_s) if (p.use_redo or p.use_revoke) else (),
+            running=(lambda: self._running_options(ctx)) if (p.use_redo or p.use_revoke) else None,
         )
 
     def _kv(self, r: RequestInfo) -> int:
@@ -249,15 +254,49 @@ class Topas(Policy):
         y = self.est.output_tokens(r.agent, r.stage)
         return int(r.prompt_tokens - r.prefix_tokens + max(y, r.generated_tokens))
 
-    def _running_options(self, view: SchedulerView, step_s: float) -> list[RunningOption]:
-        p = self.params
+    def _running_options(self, ctx: "_Context") -> list[RunningOption]:
+        """Preemption candidates with their cost J_redo + J_revoke. The revoked credit is the
+        larger of the credit recorded at admission (rescaled to the current W and aging) and
+        what the request's progress is worth now (its task's path grows by that much if it
+        goes back to waiting), so a request admitted by the work-conserving fill is not free."""
+        p, view = self.params, ctx.view
         out = []
         for r in view.running:
-            cost = (S.j_redo([r.generated_tokens], step_s) if p.use_redo else 0.0) + (
-                S.j_revoke([self.credit.get(r.rid, 0.0)]) if p.use_revoke else 0.0)
-            out.append(RunningOption(r.rid, r.task_id, self._kv(r), cost))
+            cost = S.j_redo([r.generated_tokens], ctx.step_s) if p.use_redo else 0.0
+            if p.use_revoke:
+                scale = ctx.wait_s * (S.aging(view.now, r.task_arrival, p.rho, p.h_age) if p.use_aging else 1.0)
+                cost += S.j_revoke([max(self.credit.get(r.rid, 0.0) * scale, self._victim_gain(ctx, r) * scale / ctx.wait_s)])
+            out.append(RunningOption(r.rid, r.task_id, self._kv(r), cost * (1.0 + p.preempt_margin)))
         return out
 
+    def _victim_gain(self, ctx: "_Context", r: RequestInfo) -> float:
+        """Delta_task of re-admitting r if it were sent back to waiting (unweighted seconds)."""
+        view = ctx.view
+        prog = view.tasks.get(r.task_id)
+        if prog is None:
+            return 0.0
+        tpl = view.templates[prog.template]
+        rem = remaining_calls(tpl, prog, ctx.active.get(r.task_id, {}))
+        waiting = Counter(w.stage for w in ctx.waiting_by_task.get(r.task_id, []))
+        waiting[r.stage] += 1
+        running = [x for x in ctx.running_by_task.get(r.task_id, []) if x.rid != r.rid]
+        st = self._task_state(tpl, rem, waiting, running, ctx.wait_s, ctx.step_s)
+        model = self._model(tpl)
+        admitted = Counter({s: n for s, n in waiting.items() if s != r.stage})
+        admitted[r.stage] = waiting[r.stage] - 1
+        return max(model.longest(st, admitted) - model.longest(st, waiting), 0.0)
+
+
+@dataclass
+class _Context:
+    """Per-decision facts shared by the helpers of `Topas.schedule`."""
+
+    view: SchedulerView
+    active: dict
+    waiting_by_task: dict
+    running_by_task: dict
+    wait_s: float
+    step_s: float
 
 
 @register_policy("topas_base")
