@@ -51,6 +51,7 @@ def run_sim(b: SimBackendConfig, model: ModelSpec, gpu: GpuSpec, policy: Policy,
     ecfg = sim_engine_config(b, model, gpu)
     kw = {"path": b.latency_profile} if b.latency == "profile" else {}
     latency = build_latency_model(b.latency, model, gpu, **kw)
+    latency.decode(1, 1), latency.prefill([(1, 0)])  # build lazy tables now, not inside the first timed decision
     costs = LatencyCostModel(latency, ecfg.kv_bytes_per_token, ecfg.host_link_gbs, ecfg.host_link_latency_s)
     engine = SimEngine(ecfg, latency, policy, trace, costs)
     engine.run(progress)

@@ -48,12 +48,16 @@ class ServiceEstimator:
         self._by_agent: dict[str, _Stat] = {}
         self._all = _Stat()
         self.observed = 0  # finished calls seen (a cheap version number for caches)
+        self._moments: dict[Key, tuple[float, float] | None] = {}
+        self._means: dict[Key, float] = {}
 
     def observe(self, agent: str, stage: str, output_tokens: int, service_s: float) -> None:
         self._by_stage.setdefault((agent, stage), _Stat()).add(output_tokens, service_s)
         self._by_agent.setdefault(agent, _Stat()).add(output_tokens, service_s)
         self._all.add(output_tokens, service_s)
         self.observed += 1
+        self._moments.clear()
+        self._means.clear()
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, RequestFinished):
@@ -68,11 +72,14 @@ class ServiceEstimator:
 
     def output_tokens(self, agent: str, stage: str) -> float:
         """Posterior-mean output length of a call of this (agent, stage)."""
-        s = self._stat(agent, stage)
-        p = self.prior
-        if s is None:
-            return p.output_tokens
-        return (p.output_tokens * p.weight + s.sum_tokens) / (p.weight + s.n)
+        key = (agent, stage)
+        v = self._means.get(key)
+        if v is None:
+            s = self._stat(agent, stage)
+            p = self.prior
+            v = p.output_tokens if s is None else (p.output_tokens * p.weight + s.sum_tokens) / (p.weight + s.n)
+            self._means[key] = v
+        return v
 
     def output_samples(self, agent: str, stage: str) -> tuple[float, ...]:
         """Recent observed output lengths (empirical distribution); the prior if none yet."""
@@ -86,10 +93,13 @@ class ServiceEstimator:
     def service_moments(self, agent: str, stage: str) -> tuple[float, float] | None:
         """Mean and standard deviation of observed service seconds (admission to finish) of
         recent calls of this (agent, stage) (falling back to the agent, then all calls); None if none."""
-        s = self._stat(agent, stage)
-        if s is None or not s.service:
-            return None
-        xs = s.service
-        m = sum(xs) / len(xs)
-        var = sum((x - m) ** 2 for x in xs) / len(xs)
-        return m, var**0.5
+        key = (agent, stage)
+        if key not in self._moments:
+            s = self._stat(agent, stage)
+            if s is None or not s.service:
+                self._moments[key] = None
+            else:
+                xs = s.service
+                m = sum(xs) / len(xs)
+                self._moments[key] = (m, (sum((x - m) ** 2 for x in xs) / len(xs)) ** 0.5)
+        return self._moments[key]

@@ -32,12 +32,20 @@ class AgentOption:
     reload_s: float  # seconds to bring the prefix back later (V_reuse unit)
 
 
-@dataclass(frozen=True)
+@dataclass
 class RunningOption:
+    """A preemption candidate. Its cost (J_redo + J_revoke) may be given or computed on first use."""
+
     rid: str
     task_id: int
     tokens: int  # KV freed by preempting it
-    cost_s: float  # J_redo + J_revoke
+    cost_s: float | Callable[[], float]
+    order_key: float = 0.0  # cheap proxy the candidates are tried in (lower first)
+
+    def cost(self) -> float:
+        if callable(self.cost_s):
+            self.cost_s = self.cost_s()
+        return self.cost_s
 
 
 @dataclass(frozen=True)
@@ -66,7 +74,7 @@ class Problem:
     def victims(self) -> list[RunningOption]:
         """Preemption candidates, cheapest per freed token first (computed once per decision)."""
         if self._victims is None:
-            self._victims = sorted(self.running() if self.running else (), key=lambda r: r.cost_s / max(r.tokens, 1))
+            self._victims = sorted(self.running() if self.running else (), key=lambda r: r.order_key)
         return self._victims
 
 
@@ -86,7 +94,7 @@ def greedy_pack(p: Problem, resident: frozenset[str]) -> Plan:
     heap: list[tuple[float, int, int, int]] = []  # (-gain, task, index in chain, tie)
     chains: dict[int, Chain] = {}
     for t, ags in p.task_agents.items():
-        elig = ags & resident
+        elig = ags & resident if not ags <= resident else ags
         if not elig:
             continue
         ch = p.chain(t, elig)
@@ -177,7 +185,7 @@ def search(p: Problem, max_enumerate: int) -> Plan:
 
 def preempt_repair(p: Problem, plan: Plan) -> Plan:
     """Repair move: admit a blocked high-gain request by preempting running ones whose
-    J_redo + J_revoke is below its gain (cheapest per freed token first), within K actions."""
+    J_redo + J_revoke is below its gain (tried in the candidates' proxy order), within K actions."""
     pool = p.victims()
     taken: set[str] = set()
     mem = plan.memory
@@ -193,7 +201,9 @@ def preempt_repair(p: Problem, plan: Plan) -> Plan:
                 continue
             chosen.append(r)
             freed += r.tokens
-            cost += r.cost_s
+            cost += r.cost()
+            if cost >= g:
+                break
         if freed < need or cost >= g or len(plan.admit) + len(plan.preempt) + len(chosen) + 1 > p.max_actions:
             continue
         taken.update(r.rid for r in chosen)

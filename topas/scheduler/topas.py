@@ -32,6 +32,12 @@ from topas.scheduler.search import AgentOption, Problem, RunningOption, Weights,
 from topas.workflow import WorkflowTemplate
 
 _TYPICAL_CONTEXT = 4096
+_ESTIMATE_EPOCH = 8  # cached task states are refreshed after this many newly finished calls
+
+
+def _two_digits(x: float) -> float:
+    """Coarse value for cache keys: W moves continuously, cached states should not."""
+    return float(f"{x:.2g}")
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,8 @@ class Topas(Policy):
         self.credit: dict[str, float] = {}
         self._models: dict[str, PathModel] = {}
         self._chains = _LRU(4096)  # (task, signature, eligible) -> chain of (stage, gain)
+        self._states = _LRU(4096)  # (task, progress signature) -> TaskState
+        self._victims = _LRU(4096)  # (TaskState, stage) -> gain of re-admitting a preempted call
 
     # ------------------------------------------------------------------ learning
     def on_event(self, event) -> None:
@@ -105,7 +113,9 @@ class Topas(Policy):
 
     # ------------------------------------------------------------------ estimates
     def _step_s(self, view: SchedulerView) -> float:
-        return view.costs.decode_step_time(max(len(view.running), 1), _TYPICAL_CONTEXT)
+        """Decode step time at the current batch size, rounded to a power of two (few distinct queries)."""
+        bs = 1 << max(len(view.running), 1).bit_length() - 1
+        return view.costs.decode_step_time(bs, _TYPICAL_CONTEXT)
 
     def _stage_time(self, agent: str, stage: str, step_s: float) -> tuple[float, float]:
         mom = self.est.service_moments(agent, stage)
@@ -124,7 +134,7 @@ class Topas(Policy):
         p = self.params
         self._observe_admissions(view)
         step_s = self._step_s(view)
-        wait_s = max(self.wait_s, step_s)
+        wait_s = _two_digits(max(self.wait_s, step_s))
         active = active_stage_counts(view)
         waiting_by_task: dict[int, list[RequestInfo]] = defaultdict(list)
         for r in view.waiting:
@@ -136,6 +146,8 @@ class Topas(Policy):
         states: dict[int, TaskState] = {}
         reuse_n: Counter = Counter()
         for tid, prog in view.tasks.items():
+            if tid not in waiting_by_task and tid not in running_by_task:
+                continue  # between calls (tool gap): nothing to admit or reuse now
             tpl = view.templates[prog.template]
             rem = remaining_calls(tpl, prog, active.get(tid, {}))
             if waiting_by_task.get(tid):
@@ -147,11 +159,16 @@ class Topas(Policy):
         gain_weight = {tid: (S.aging(view.now, view.tasks[tid].arrival, p.rho, p.h_age) if p.use_aging else 1.0) for tid in states}
         stage_rids = {tid: self._stage_rids(rs) for tid, rs in waiting_by_task.items()}
 
-        def chain(tid: int, eligible: frozenset[str]):
+        memo: dict[tuple[int, frozenset[str]], list[tuple[str, float]]] = {}
+
+        def chain(tid: int, eligible: frozenset[str]) -> list[tuple[str, float]]:
+            out = memo.get((tid, eligible))
+            if out is not None:
+                return out
             st = states[tid]
             tpl = view.templates[view.tasks[tid].template]
             elig = Counter({s: len(rids) for s, rids in stage_rids[tid].items() if tpl.stages[s].agent in eligible})
-            key = (tid, st, frozenset(elig.items()), self.est.observed)
+            key = (st, frozenset(elig.items()))
             ch = self._chains.get(key)
             if ch is None:
                 ch = admission_chain(self._model(tpl), st, elig)
@@ -161,6 +178,7 @@ class Topas(Policy):
             for s, g in ch:
                 out.append((stage_rids[tid][s][used[s]], g * gain_weight[tid]))
                 used[s] += 1
+            memo[(tid, eligible)] = out
             return out
 
         ctx = _Context(view, active, waiting_by_task, running_by_task, wait_s, step_s)
@@ -178,6 +196,28 @@ class Topas(Policy):
         return Decision(admit=tuple(admit), pin=frozenset(plan.resident), preempt=tuple(plan.preempt))
 
     def _task_state(self, tpl, rem, waiting_counts: Counter, running, wait_s, step_s) -> TaskState:
+        """Path-model inputs of one task; cached on a coarse signature of its progress (incremental:
+        a task is recomputed only when its own progress, W's bucket or the estimate epoch changes)."""
+        key = (
+            tpl.name,
+            tuple(sorted(rem.items())),
+            tuple(sorted(waiting_counts.items())),
+            tuple(sorted((r.stage, self._residual_bucket(r)) for r in running)),
+            wait_s,
+            _two_digits(step_s),
+            self.est.observed // _ESTIMATE_EPOCH,
+        )
+        st = self._states.get(key)
+        if st is None:
+            st = self._compute_task_state(tpl, rem, waiting_counts, running, wait_s, step_s)
+            self._states.put(key, st)
+        return st
+
+    def _residual_bucket(self, r: RequestInfo) -> float:
+        y = self.est.output_tokens(r.agent, r.stage)
+        return round(max(1.0 - r.generated_tokens / max(y, 1.0), 0.1) * 4) / 4
+
+    def _compute_task_state(self, tpl, rem, waiting_counts: Counter, running, wait_s, step_s) -> TaskState:
         p = self.params
         base: dict[str, float] = {}
         spread = []
@@ -191,12 +231,7 @@ class Topas(Policy):
             m, sd = self._stage_time(agent, s, step_s)
             spread.append(sd)
             todo = n - len(run_by_stage.get(s, ()))
-            residual = 0.0
-            for r in run_by_stage.get(s, ()):
-                y = self.est.output_tokens(agent, s)
-                # bucketed so a cached chain survives a few decode steps
-                frac = max(1.0 - r.generated_tokens / max(y, 1.0), 0.1)
-                residual += m * round(frac * 4) / 4
+            residual = sum(m * self._residual_bucket(r) for r in run_by_stage.get(s, ()))
             base[s] = round(max(todo, 0.0) * m + residual, 3)
         tau = p.tie_temperature * wait_s + (sum(spread) / len(spread) if spread else 0.0)
         return TaskState.of(base, waiting_counts, round(wait_s, 3), round(tau, 3))
@@ -262,11 +297,17 @@ class Topas(Policy):
         p, view = self.params, ctx.view
         out = []
         for r in view.running:
-            cost = S.j_redo([r.generated_tokens], ctx.step_s) if p.use_redo else 0.0
-            if p.use_revoke:
-                scale = ctx.wait_s * (S.aging(view.now, r.task_arrival, p.rho, p.h_age) if p.use_aging else 1.0)
-                cost += S.j_revoke([max(self.credit.get(r.rid, 0.0) * scale, self._victim_gain(ctx, r) * scale / ctx.wait_s)])
-            out.append(RunningOption(r.rid, r.task_id, self._kv(r), cost * (1.0 + p.preempt_margin)))
+            redo = S.j_redo([r.generated_tokens], ctx.step_s) if p.use_redo else 0.0
+            kv = self._kv(r)
+
+            def cost(r=r, redo=redo) -> float:
+                c = redo
+                if p.use_revoke:
+                    age = S.aging(view.now, r.task_arrival, p.rho, p.h_age) if p.use_aging else 1.0
+                    c += S.j_revoke([max(self.credit.get(r.rid, 0.0), self._victim_gain(ctx, r) / ctx.wait_s) * ctx.wait_s * age])
+                return c * (1.0 + p.preempt_margin)
+
+            out.append(RunningOption(r.rid, r.task_id, kv, cost, order_key=(redo + self.credit.get(r.rid, 0.0)) / max(kv, 1)))
         return out
 
     def _victim_gain(self, ctx: "_Context", r: RequestInfo) -> float:
@@ -281,10 +322,15 @@ class Topas(Policy):
         waiting[r.stage] += 1
         running = [x for x in ctx.running_by_task.get(r.task_id, []) if x.rid != r.rid]
         st = self._task_state(tpl, rem, waiting, running, ctx.wait_s, ctx.step_s)
-        model = self._model(tpl)
-        admitted = Counter({s: n for s, n in waiting.items() if s != r.stage})
-        admitted[r.stage] = waiting[r.stage] - 1
-        return max(model.longest(st, admitted) - model.longest(st, waiting), 0.0)
+        key = (st, r.stage)
+        gain = self._victims.get(key)
+        if gain is None:
+            model = self._model(tpl)
+            admitted = Counter({s: n for s, n in waiting.items() if s != r.stage})
+            admitted[r.stage] = waiting[r.stage] - 1
+            gain = max(model.longest(st, admitted) - model.longest(st, waiting), 0.0)
+            self._victims.put(key, gain)
+        return gain
 
 
 @dataclass
