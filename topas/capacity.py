@@ -29,7 +29,7 @@ def measure(workload: str, num_tasks: int, overrides: list[str], seed: int = 0) 
     from topas.config import validate
     from topas.engines.latency.factory import load_gpu_spec, load_model_spec
     from topas.policy import create_policy
-    from topas.runner import BACKENDS
+    from topas.runner import RunContext, backend_runner
     from topas.workloads import build_trace
 
     with initialize_config_dir(version_base=None, config_dir=CONF_DIR):
@@ -39,7 +39,8 @@ def measure(workload: str, num_tasks: int, overrides: list[str], seed: int = 0) 
     w = dataclasses.replace(groups["workload"], num_tasks=num_tasks, arrival_rate=1.0, load=None)
     trace = build_trace(w, seed)
     trace = dataclasses.replace(trace, tasks=tuple(dataclasses.replace(t, arrival=0.0) for t in trace.tasks))
-    record, wall = BACKENDS[groups["backend"].name](groups["backend"], model, gpu, create_policy("fcfs"), trace, 0.0, None)
+    ctx = RunContext(groups["backend"], model, gpu, groups["scheduler"], create_policy("fcfs"), trace, 0.0, Path("runs/capacity"))
+    record, wall = backend_runner(groups["backend"].name)(ctx)
     span = float(record.tasks["finish"].max())
     return {
         "model": model.name,

@@ -64,11 +64,18 @@ class LoggerConfig:
 
 
 _SCHEMAS = {"scheduler": SchedulerConfig, "logger": LoggerConfig}
-_BACKENDS = {"sim": SimBackendConfig}
+# backend name -> schema, or "module:Class" imported on use
+_BACKENDS: dict[str, type | str] = {"sim": SimBackendConfig, "sglang": "topas.engines.sglang.backend:SGLangBackendConfig"}
 
 
-def register_backend_schema(name: str, schema: type) -> None:
-    _BACKENDS[name] = schema
+def _backend_schema(name: str) -> type:
+    schema = _BACKENDS[name]
+    if isinstance(schema, str):
+        import importlib
+
+        mod, cls = schema.split(":")
+        schema = getattr(importlib.import_module(mod), cls)
+    return schema
 
 
 def _first_line(e: Exception) -> str:
@@ -89,7 +96,7 @@ def validate(cfg: DictConfig) -> dict[str, Any]:
     backend = cfg.backend.get("name")
     if backend not in _BACKENDS:
         raise ConfigError(f"backend: unknown backend '{backend}'; known: {', '.join(sorted(_BACKENDS))}")
-    out["backend"] = validate_group(cfg, "backend", _BACKENDS[backend])
+    out["backend"] = validate_group(cfg, "backend", _backend_schema(backend))
     from topas.workloads.config import WorkloadConfig  # the workload schema lives with the generators
 
     try:

@@ -6,14 +6,16 @@ engine (tables, summary, atomic writes, W&B) is shared.
 
 from __future__ import annotations
 
+import importlib
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from topas.config import ConfigError, SimBackendConfig, validate
+from topas.config import ConfigError, SchedulerConfig, SimBackendConfig, validate
 from topas.engines.latency.base import GpuSpec, ModelSpec
 from topas.engines.latency.factory import build_latency_model, load_gpu_spec, load_model_spec
 from topas.policy import Policy, create_policy
@@ -42,23 +44,44 @@ def sim_engine_config(b: SimBackendConfig, model: ModelSpec, gpu: GpuSpec):
     )
 
 
-def run_sim(b: SimBackendConfig, model: ModelSpec, gpu: GpuSpec, policy: Policy, trace: Trace,
-            warmup_fraction: float, progress: Callable[[int], None] | None) -> tuple[RunRecord, float]:
+@dataclass
+class RunContext:
+    """Everything a backend needs for one run."""
+
+    backend: Any  # the validated backend config (SimBackendConfig, the SGLang backend's schema, ...)
+    model: ModelSpec
+    gpu: GpuSpec
+    scheduler: SchedulerConfig  # name + params (a real server builds its own policy from them)
+    policy: Policy  # the policy instance, for in-process engines
+    trace: Trace
+    warmup_fraction: float
+    out_dir: Path  # run folder (backends may keep logs there)
+    progress: Callable[[int], None] | None = None  # told of each finished task
+
+
+def run_sim(ctx: RunContext) -> tuple[RunRecord, float]:
     from topas.engines.latency.costs import LatencyCostModel
     from topas.engines.sim.engine import SimEngine
     from topas.engines.sim.records import sim_record
 
+    b, model, gpu = ctx.backend, ctx.model, ctx.gpu
     ecfg = sim_engine_config(b, model, gpu)
     kw = {"path": b.latency_profile} if b.latency == "profile" else {}
     latency = build_latency_model(b.latency, model, gpu, **kw)
     latency.decode(1, 1), latency.prefill([(1, 0)])  # build lazy tables now, not inside the first timed decision
     costs = LatencyCostModel(latency, ecfg.kv_bytes_per_token, ecfg.host_link_gbs, ecfg.host_link_latency_s)
-    engine = SimEngine(ecfg, latency, policy, trace, costs)
-    engine.run(progress)
-    return sim_record(engine, warmup_fraction), engine.stats.wall_s
+    engine = SimEngine(ecfg, latency, ctx.policy, ctx.trace, costs)
+    engine.run(ctx.progress)
+    return sim_record(engine, ctx.warmup_fraction), engine.stats.wall_s
 
 
-BACKENDS: dict[str, Callable[..., tuple[RunRecord, float]]] = {"sim": run_sim}
+# backend name -> "module:function" taking a RunContext, imported on use (a real engine is an optional install)
+BACKENDS: dict[str, str] = {"sim": "topas.runner:run_sim", "sglang": "topas.engines.sglang.backend:run_sglang"}
+
+
+def backend_runner(name: str) -> Callable[[RunContext], tuple[RunRecord, float]]:
+    mod, fn = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(mod), fn)
 
 
 def arrival_rate_for(w, model: ModelSpec, gpu: GpuSpec) -> float | None:
@@ -95,10 +118,9 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False)
     trace = build_trace(replace(w, arrival_rate=rate), int(cfg.seed))
     out = Path(out_dir if out_dir is not None else cfg.out_dir)
     bar = tqdm(total=len(trace.tasks), desc=f"{sched.name}/{w.name}", unit="task", disable=quiet or not cfg.progress, leave=False)
+    ctx = RunContext(groups["backend"], model, gpu, sched, policy, trace, w.warmup_fraction, out, bar.update)
     try:
-        record, wall = BACKENDS[groups["backend"].name](
-            groups["backend"], model, gpu, policy, trace, w.warmup_fraction, bar.update
-        )
+        record, wall = backend_runner(groups["backend"].name)(ctx)
     finally:
         bar.close()
     summary = summarize(record, wall)

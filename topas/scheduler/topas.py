@@ -43,7 +43,7 @@ def _two_digits(x: float) -> float:
 @dataclass(frozen=True)
 class TopasParams:
     beta: float = 1.0  # V_reuse weight
-    rho: float = 1.0  # aging strength
+    rho: float = 4.0  # aging strength (tuned, conf/scheduler/topas.yaml)
     h_age: float = 60.0  # aging time scale (s)
     M: int = 6  # enumerate all prefix subsets when the free agent pool is at most M
     K: int = 64  # at most K admits + preempts per decision
@@ -57,6 +57,7 @@ class TopasParams:
     prior_output_tokens: float = 256.0  # workload-independent prior (DESIGN.md section 9)
     work_conserving: bool = True  # after scored admissions, offer every other waiting request
     preempt_margin: float = 0.5  # hysteresis: preempt only for a gain above (1 + margin) x (redo + revoke)
+    stop_at_first_misfit: bool = True  # stop the admission walk at a misfit (tuned; False = the contract's skip)
 
     def __post_init__(self) -> None:
         if self.h_age <= 0 or self.M < 0 or self.K <= 0 or self.beta < 0 or self.rho < 0 or self.preempt_margin < 0:
@@ -124,6 +125,19 @@ class Topas(Policy):
         m = self.est.output_tokens(agent, stage) * step_s
         return m, 0.5 * m
 
+    def _next_release_s(self, view: SchedulerView, step_s: float) -> float:
+        """A lower bound of W: a call left waiting now waits at least until running calls release
+        memory, i.e. about the mean estimated residual service of the running batch (or, with
+        nothing running, one mean service time of the waiting calls)."""
+        rs = view.running or view.waiting
+        if not rs:
+            return 0.0
+        total = 0.0
+        for r in rs:
+            m, _ = self._stage_time(r.agent, r.stage, step_s)
+            total += m * self._residual_bucket(r) if r.admitted_time is not None else m
+        return total / len(rs)
+
     def _model(self, tpl: WorkflowTemplate) -> PathModel:
         if tpl.name not in self._models:
             self._models[tpl.name] = PathModel(tpl)
@@ -134,7 +148,7 @@ class Topas(Policy):
         p = self.params
         self._observe_admissions(view)
         step_s = self._step_s(view)
-        wait_s = _two_digits(max(self.wait_s, step_s))
+        wait_s = _two_digits(max(self.wait_s, self._next_release_s(view, step_s), step_s))
         active = active_stage_counts(view)
         waiting_by_task: dict[int, list[RequestInfo]] = defaultdict(list)
         for r in view.waiting:
@@ -187,13 +201,24 @@ class Topas(Policy):
         for rid in plan.admit:
             tid = problem.request_task[rid]
             self.credit[rid] = plan.gains.get(rid, 0.0) / (wait_s * gain_weight.get(tid, 1.0))
-        admit = list(plan.admit)
+        # Blocked positive-gain requests keep their place by gain: with stop_at_first_misfit the engine
+        # then waits for memory for them instead of letting lower-gain requests bypass them.
+        ranked = {rid: g for g, rid in plan.blocked}
+        ranked.update(plan.gains)
+        admit = sorted(ranked, key=lambda rid: -ranked[rid])
         if p.work_conserving:
             chosen = set(admit) | set(plan.preempt)
             rest = [r for r in view.waiting if r.rid not in chosen]
             rest.sort(key=lambda r: (r.agent not in plan.resident, -gain_weight.get(r.task_id, 1.0), r.ready_time))
             admit += [r.rid for r in rest]
-        return Decision(admit=tuple(admit), pin=frozenset(plan.resident), preempt=tuple(plan.preempt))
+        # Pin what R' holds for a purpose: prefixes of admitted requests, and prefixes kept for the
+        # one-hop reuse only while every waiting request is admitted (holding a prefix for later
+        # must not keep a ready request out now); a prefix whose requests stay waiting is not held
+        # against the batch either.
+        used = {problem.request_agent[rid] for rid in plan.admit}
+        keep_for_reuse = len(plan.admit) == len(view.waiting)
+        pin = frozenset(a for a in plan.resident if a in used or (keep_for_reuse and problem.agents[a].reuse_n > 0))
+        return Decision(admit=tuple(admit), pin=pin, preempt=tuple(plan.preempt), stop_at_first_misfit=p.stop_at_first_misfit)
 
     def _task_state(self, tpl, rem, waiting_counts: Counter, running, wait_s, step_s) -> TaskState:
         """Path-model inputs of one task; cached on a coarse signature of its progress (incremental:
@@ -265,7 +290,9 @@ class Topas(Policy):
             if ps is None:
                 continue
             res = ps.residency
-            move_in = 0.0 if res == Residency.GPU else costs.swap_time(ps.tokens) if res == Residency.HOST else costs.prefill_time(ps.tokens)
+            # the paper's J_move counts bytes moved (mu l_a / B_swap): a prefix on neither tier is charged the
+            # same bytes; its recompute is part of the admitted request's own service, not an extra cost
+            move_in = 0.0 if res == Residency.GPU else costs.swap_time(ps.tokens)
             agents[a] = AgentOption(a, ps.tokens, a in forced, res == Residency.GPU, move_in, reuse_n.get(a, 0), costs.swap_time(ps.tokens))
         running_kv = sum(self._kv(r) for r in view.running)
         swap_per_token = costs.swap_time(10_000) / 10_000
