@@ -6,7 +6,7 @@ PIP     = $(VENV)/bin/pip
 STAMP   = $(VENV)/.installed-stamp
 ARGS   ?=
 
-.PHONY: run test install bench clean
+.PHONY: run test install bench clean reproduce reproduce-quick reproduce-full tune capacity
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,5 +30,35 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m topas.bench $(ARGS)
 
+BACKEND ?= sim
+## The paper's tables and figures on the reduced grid (< 30 min on 2 cores) -> analysis/results/.
+reproduce: $(STAMP)
+	$(PY) -m topas.reproduce --grid default --backend $(BACKEND) $(ARGS)
+
+## Smoke test of the whole pipeline (< 5 min) -> analysis/results/quick/.
+reproduce-quick: $(STAMP)
+	$(PY) -m topas.reproduce --grid quick --backend $(BACKEND) $(ARGS)
+
+## The experiment configs' full grids (10 seeds, 200 tasks): a bigger machine or a cluster.
+reproduce-full: $(STAMP)
+	$(PY) -m topas.reproduce --grid full --backend $(BACKEND) $(ARGS)
+
+## Hyper-parameter tuning under DESIGN.md section 9 -> analysis/results/tuning/.
+tune: $(STAMP)
+	$(PY) -m topas.tuning $(ARGS)
+
+## Measure each workload's capacity (FCFS, all tasks at t=0) -> topas/workloads/data/capacity.yaml.
+capacity: $(STAMP)
+	$(PY) -m topas.capacity $(ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+## Real SGLang 0.5.23 server on CPU (no GPU): CPU torch 2.13.0, sglang --no-deps, stand-ins. Idempotent.
+.PHONY: sglang-cpu test-sglang
+sglang-cpu: $(STAMP)
+	bash scripts/install_sglang_cpu.sh $(VENV)
+
+## The SGLang tests (adapter unit tests + end-to-end against a real CPU server); never skipped here.
+test-sglang: sglang-cpu
+	TOPAS_REQUIRE_SGLANG=1 $(PY) -m pytest tests/sglang $(ARGS)

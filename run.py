@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
@@ -57,12 +58,28 @@ def precheck(argv: list[str]) -> None:
 
 @hydra.main(version_base=None, config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from topas.results import is_complete
     from topas.runner import run
 
+    sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
+    if sweeping and is_complete(cfg.out_dir):
+        print(f"complete, skipped: {cfg.out_dir}")  # a resumed sweep runs only what is missing
+        return
     try:
         run(cfg)
-    except ValueError as e:  # ConfigError, UnknownPolicyError, WorkflowError, bad workload parameters
-        _fail(e)
+    except Exception as e:  # noqa: BLE001
+        if not sweeping:
+            if isinstance(e, ValueError):  # ConfigError, UnknownPolicyError, WorkflowError, bad workload parameters
+                _fail(e)
+            raise
+        # a failed point is recorded and does not stop the sweep
+        out = Path(cfg.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "error.txt").write_text(traceback.format_exc())
+        print(f"failed: {cfg.out_dir}: {_one_line(e)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from topas.workloads.capacity import capacity_of, load_capacity, resolve_arrival
 from topas.workloads.config import Generator, WorkloadConfig
 from topas.workloads.metagpt_sop import MetaGPTSop
 from topas.workloads.metagpt_tl import MetaGPTTl
+from topas.workloads.motivation import TwoAgents
 from topas.workloads.synthetic import GENERATORS as _SYNTHETIC
 from topas.workloads.trace_io import TraceReplay, dump_trace, load_trace
 
@@ -26,6 +27,7 @@ GENERATORS: dict[str, Generator] = {
     "metagpt_sop": MetaGPTSop(),
     "metagpt_tl": MetaGPTTl(),
     "trace": TraceReplay(),
+    "two_agents": TwoAgents(),
 }
 
 

@@ -1,0 +1,82 @@
+"""Sweeps resume and record failures; launchers compose; notebooks run on a small run set."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sweep(tmp, *extra):
+    cmd = [sys.executable, str(ROOT / "run.py"), "-m", "+experiment=motivation", "hydra/launcher=local",
+           "hydra.launcher.n_jobs=1", "logger=none", "progress=false", "seed=0,1", "workload.num_tasks=10",
+           f"hydra.sweep.dir={tmp}/sweep", f"out_dir={tmp}/sweep/${{run_subdir}}", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+
+
+def test_killed_sweep_resumes_only_the_missing_runs(tmp_path):
+    p = sweep(tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    summaries = sorted((tmp_path / "sweep").glob("**/summary.json"))
+    assert len(summaries) == 4
+    # a run killed midway leaves its tables but no summary.json (written last)
+    victim = summaries[0]
+    victim.unlink()
+    before = {s: s.stat().st_mtime_ns for s in summaries[1:]}
+    p = sweep(tmp_path)
+    assert p.returncode == 0
+    assert p.stdout.count("complete, skipped") == 3
+    assert victim.exists()
+    assert all(s.stat().st_mtime_ns == t for s, t in before.items())
+
+
+def test_a_failed_point_is_recorded_and_does_not_stop_the_sweep(tmp_path):
+    # a KV pool smaller than one prompt (8,448 tokens) stalls the engine: those points fail
+    p = sweep(tmp_path, "backend.kv_pool_tokens=5000,100000", "run_subdir=${workload.name}/kv${backend.kv_pool_tokens}/seed${seed}")
+    assert p.returncode == 0, p.stderr[-2000:]
+    errors = list((tmp_path / "sweep").glob("**/error.txt"))
+    assert len(errors) == 4 and all("kv5000" in str(e) for e in errors)  # 2 workloads x 2 seeds
+    assert len(list((tmp_path / "sweep").glob("**/kv100000/**/summary.json"))) == 4
+    assert "EngineStall" in errors[0].read_text()
+
+
+def test_launcher_configs_compose():
+    from hydra import compose, initialize_config_dir
+
+    import topas.config  # noqa: F401  (resolvers)
+
+    with initialize_config_dir(version_base=None, config_dir=str(ROOT / "conf")):
+        for launcher, target in (("slurm", "SlurmLauncher"), ("local", "JoblibLauncher")):
+            cfg = compose(config_name="config", overrides=["+experiment=main", f"hydra/launcher={launcher}"],
+                          return_hydra_config=True)
+            assert cfg.hydra.launcher._target_.endswith(target)
+        cfg = compose(config_name="config", overrides=["+experiment=kv_budget", "backend.kv_pool_tokens=16000"])
+        assert "/kv16000/" in cfg.out_dir
+
+
+def test_notebooks_run_on_a_small_run_set(tmp_path):
+    nbclient = pytest.importorskip("nbclient")
+    import nbformat
+
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, str(ROOT / "run.py"), "-m", "+experiment=main", "hydra/launcher=local", "hydra.launcher.n_jobs=1",
+           "logger=none", "progress=false", "workload=dag4", "scheduler=fcfs,topas", "seed=0,1", "workload.num_tasks=8",
+           "experiment_name=main", f"hydra.sweep.dir={runs}/main", f"out_dir={runs}/main/${{run_subdir}}"]
+    assert subprocess.run(cmd, capture_output=True, cwd=ROOT).returncode == 0
+    env = {"TOPAS_RUNS_ROOT": str(runs), "TOPAS_NOTEBOOK_OUT": str(tmp_path / "figs")}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        for nb_path in sorted((ROOT / "analysis" / "notebooks").glob("*.ipynb")):
+            nb = nbformat.read(nb_path, as_version=4)
+            nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert (tmp_path / "figs" / "jct_cdf.png").exists()
