@@ -50,29 +50,27 @@ def jct_cdf(df: pd.DataFrame, out: Path, seed: int = 0) -> Path | None:
     return _save(fig, out / "jct_cdf.png")
 
 
+def _lines_by_workload(df: pd.DataFrame, x: str, xlabel: str, path: Path) -> Path:
+    """One panel per workload: mean JCT against `x`, a line per scheduler with a 95% CI band."""
+    ws = _workloads(df)
+    fig, axes = plt.subplots(1, len(ws), figsize=(3.3 * len(ws), 3.0), squeeze=False)
+    for ax, w in zip(axes[0], ws):
+        sns.lineplot(df[df["workload"] == w], x=x, y="jct_mean", hue="scheduler", marker="o", errorbar=("ci", 95),
+                     ax=ax, legend=ax is axes[0][-1])
+        ax.set(title=w, xlabel=xlabel, ylabel="mean JCT (s)")
+    return _save(fig, path)
+
+
 def jct_vs_load(df: pd.DataFrame, out: Path) -> Path | None:
     if df.empty or df["load"].isna().all():
         return None
-    ws = _workloads(df)
-    fig, axes = plt.subplots(1, len(ws), figsize=(3.2 * len(ws), 3.0), squeeze=False)
-    for ax, w in zip(axes[0], ws):
-        sns.lineplot(df[df["workload"] == w], x="load", y="jct_mean", hue="scheduler", marker="o", errorbar=("ci", 95),
-                     ax=ax, legend=ax is axes[0][-1])
-        ax.set(title=w, xlabel="load (fraction of capacity)", ylabel="mean JCT (s)")
-    return _save(fig, out / "jct_vs_load.png")
+    return _lines_by_workload(df, "load", "load (fraction of capacity)", out / "jct_vs_load.png")
 
 
 def kv_budget(df: pd.DataFrame, out: Path) -> Path | None:
     if df.empty:
         return None
-    df = df.assign(kv_pool=df["kv_pool_tokens"])
-    ws = _workloads(df)
-    fig, axes = plt.subplots(1, len(ws), figsize=(3.4 * len(ws), 3.0), squeeze=False)
-    for ax, w in zip(axes[0], ws):
-        sns.lineplot(df[df["workload"] == w], x="kv_pool", y="jct_mean", hue="scheduler", marker="o", errorbar=("ci", 95),
-                     ax=ax, legend=ax is axes[0][-1])
-        ax.set(title=w, xlabel="KV pool (tokens)", ylabel="mean JCT (s)")
-    return _save(fig, out / "kv_budget.png")
+    return _lines_by_workload(df, "kv_pool_tokens", "KV pool (tokens)", out / "kv_budget.png")
 
 
 def ablation(df: pd.DataFrame, out: Path) -> Path | None:
