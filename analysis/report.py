@@ -73,6 +73,10 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
     claims = T.load_claims()
     if not runs["main"].empty:
         _main_tables(runs["main"], out)
+        best = {T.best_baseline(runs["main"], w, "jct_mean", claims["paper_baselines"]) for w in set(runs["main"]["workload"])}
+        _write(out, "breakdown", T.time_breakdown(runs["main"], sorted(best | {"topas", "fcfs"})),
+               "Where the time goes: TOPAS vs the best baselines",
+               "Mean over seeds. queue_s / service_s: per call, ready -> first admission and first admission -> finish.")
     rows = []
     if not runs["main"].empty:
         rows.append(T.reduction_rows(runs["main"], claims))

@@ -110,3 +110,24 @@ def to_markdown(df: pd.DataFrame) -> str:
 
 def to_latex(df: pd.DataFrame) -> str:
     return df.to_latex(index=False, float_format="%.3f", escape=True)
+
+
+def time_breakdown(df: pd.DataFrame, schedulers: list[str]) -> pd.DataFrame:
+    """Where the time goes, per workload and scheduler (mean over seeds): decode batch size,
+    prefix hits, host swaps, prefill recompute, and per call the queueing delay (ready ->
+    first admission) and the service time (first admission -> finish)."""
+    rows = []
+    for r in df[df["scheduler"].isin(schedulers)].itertuples():
+        req = pd.read_parquet(Path(r.run_dir) / "requests.parquet")
+        rows.append({
+            "workload": r.workload, "scheduler": r.scheduler, "seed": r.seed, "jct_mean": r.jct_mean,
+            "mean_batch": r.mean_batch_size, "hit_rate": r.cache_hit_rate,
+            "swap_in_GB": r.swap_in_bytes / 1e9, "swap_out_GB": r.swap_out_bytes / 1e9,
+            "prefill_Mtok": r.prefill_tokens_computed / 1e6,
+            "queue_s_per_call": float((req["first_admit"] - req["ready"]).mean()),
+            "service_s_per_call": float((req["finish"] - req["first_admit"]).mean()),
+        })
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    return out.groupby(["workload", "scheduler"]).mean(numeric_only=True).drop(columns="seed").reset_index()
