@@ -22,9 +22,10 @@ install: $(STAMP)
 run: $(STAMP)
 	$(PY) run.py $(ARGS)
 
-## The default test suite.
-test: $(STAMP)
-	$(PY) -m pytest $(ARGS)
+## The default test suite, including the real SGLang server on CPU (installed by sglang-cpu;
+## SKIP_SGLANG_CPU=1 skips that install, e.g. on a GPU machine with `make sglang-gpu`).
+test: $(STAMP) $(if $(SKIP_SGLANG_CPU),,sglang-cpu)
+	$(if $(SKIP_SGLANG_CPU),,TOPAS_REQUIRE_SGLANG=1) $(PY) -m pytest $(ARGS)
 
 ## Simulator speed benchmark (simulated seconds per wall second).
 bench: $(STAMP)
@@ -62,3 +63,12 @@ sglang-cpu: $(STAMP)
 ## The SGLang tests (adapter unit tests + end-to-end against a real CPU server); never skipped here.
 test-sglang: sglang-cpu
 	TOPAS_REQUIRE_SGLANG=1 $(PY) -m pytest tests/sglang $(ARGS)
+
+.PHONY: sglang-gpu gpu-check
+## Real SGLang 0.5.23 on a GPU machine (sglang's own CUDA torch; no stand-ins).
+sglang-gpu: $(STAMP)
+	$(PIP) install --quiet -e ".[sglang]"
+
+## GPU check: a short real SGLang run vs the simulator on the same trace (one GPU, < 10 min).
+gpu-check: $(STAMP)
+	PYTHON=$(PY) bash scripts/gpu_check.sh $(ARGS)

@@ -1,0 +1,44 @@
+"""The GPU check's dry run on CPU (`--device cpu`): the tiny model on the real sglang 0.5.23
+server and the simulator replay the same trace file; the comparison is written and printed.
+On a GPU machine the same code runs with Qwen2.5 (scripts/gpu_check.sh)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+if importlib.util.find_spec("sglang.srt") is None:
+    if os.environ.get("TOPAS_REQUIRE_SGLANG") == "1":
+        raise RuntimeError("sglang is not installed (TOPAS_REQUIRE_SGLANG=1): run `make sglang-cpu`")
+    pytest.skip("sglang is not installed in this venv: run `make sglang-cpu`", allow_module_level=True)
+
+from topas.engines.sglang import gpu_check  # noqa: E402
+from topas.workloads import load_trace  # noqa: E402
+
+pytestmark = pytest.mark.sglang
+
+
+def test_dry_run_on_cpu_compares_real_and_simulated_runs_of_one_trace(tmp_path, capsys):
+    rc = gpu_check.main(["--device", "cpu", "--num-tasks", "3", "--arrival-rate", "4", "--latency", "roofline",
+                         "--timeout-s", "120", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    res = json.loads((tmp_path / "comparison.json").read_text())
+    rows = {r["metric"]: r for r in res["rows"]}
+    assert res["sglang_version"] == "0.5.23" and res["kv_pool_tokens"] == 4096 and res["token_scale"] == 0.1
+    for k in ("jct_mean", "decode_step_s", "prefill_iteration_s"):
+        assert rows[k]["real"] > 0 and rows[k]["sim"] > 0 and rows[k]["ratio"] > 0, rows[k]
+    # both engines derive prefix reuse from the same segments: same hit rate on this no-eviction trace
+    assert rows["cache_hit_rate"]["real"] == pytest.approx(rows["cache_hit_rate"]["sim"])
+    assert "real/sim" in out and "decode step (s)" in out
+    trace = load_trace(tmp_path / "trace.jsonl")
+    assert len(trace.tasks) == 3 and (tmp_path / "real" / "server.log").is_file()
+
+
+def test_bad_gpu_name_is_a_setup_error(tmp_path, capsys):
+    rc = gpu_check.main(["--device", "cpu", "--gpu", "nope", "--out", str(tmp_path)])
+    assert rc == 2 and "error:" in capsys.readouterr().err

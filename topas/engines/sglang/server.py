@@ -1,0 +1,469 @@
+"""Start, health-check and stop a real `sglang.launch_server` (0.5.23) as a subprocess.
+
+    with SGLangServer(ServerConfig(policy="fcfs", log_path=run_dir / "server.log")) as srv:
+        ...  # requests to srv.base_url
+
+- Bound to 127.0.0.1 on a free port; dummy weights from a local config folder
+  (`--load-format dummy`) unless `load_format="auto"` and a real model path is given.
+- `profile="cpu"`: the flags and environment that run the server on a CPU without a
+  GPU (DESIGN.md section 6): `SGLANG_USE_CPU_ENGINE=1`, `--device cpu
+  --attention-backend torch_native --sampling-backend pytorch --grammar-backend none
+  --disable-cuda-graph --disable-overlap-schedule`. `profile="gpu"`: SGLang's own defaults.
+- The policy selection reaches the scheduler process through the environment
+  (`TOPAS_POLICY`, `TOPAS_POLICY_PARAMS`, ... see plugin.py); no policy = plain SGLang.
+- The server runs in its own process group (session); `stop()` terminates the whole
+  group (SIGTERM, then SIGKILL after a grace period) plus any descendant that left it,
+  and is called on every exit path of the context manager (exceptions, Ctrl-C) and at
+  interpreter exit.
+- Errors are one line: `SGLangNotInstalled`, `ServerStartError` (died during start-up,
+  or not healthy in time; the message names the log file and quotes its last line).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from topas.engines.sglang import plugin as _plugin
+
+TINY_CPU_MODEL = Path(__file__).resolve().parent / "models" / "tiny_cpu"
+
+CPU_FLAGS: tuple[str, ...] = (
+    "--device", "cpu",
+    "--attention-backend", "torch_native",
+    "--sampling-backend", "pytorch",
+    "--grammar-backend", "none",
+    "--disable-cuda-graph",
+    # sglang 0.5.23's overlap scheduler on CPU: with a full batch and a non-empty waiting
+    # queue every decode step took ~100 ms (10 tok/s instead of ~400 tok/s, measured);
+    # overlap is a GPU-stream optimisation with nothing to overlap on a CPU anyway.
+    "--disable-overlap-schedule",
+)
+# OMP_NUM_THREADS=1: torch's default (one OpenMP thread per core) spins at barriers when
+# another process holds a core; on the 2-core test machine with one busy neighbour a
+# decode step of the tiny model went from ~2.4 ms to ~70 ms (15 vs 418 tok/s for one
+# request, measured) and a start-up once missed a 240 s deadline. One thread is what the
+# tiny model needs; ServerConfig.env can override it.
+CPU_ENV: Mapping[str, str] = {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+class SGLangServerError(RuntimeError):
+    pass
+
+
+class SGLangNotInstalled(SGLangServerError):
+    pass
+
+
+class ServerStartError(SGLangServerError):
+    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServerConfig:
+    model_path: str | os.PathLike = TINY_CPU_MODEL
+    load_format: str = "dummy"  # "auto" with a real checkpoint
+    profile: str = "cpu"  # "cpu" | "gpu"
+    host: str = "127.0.0.1"
+    port: int | None = None  # None: a free port
+    schedule_policy: str | None = "fcfs"  # SGLang's own waiting-queue policy (the plugin reorders after it)
+    max_total_tokens: int | None = 4096  # KV pool size (tokens); None: SGLang sizes it
+    max_running_requests: int | None = None
+    chunked_prefill_size: int | None = None
+    dtype: str | None = None
+    skip_tokenizer_init: bool = True  # requests carry input_ids
+    extra_args: Sequence[str] = ()  # passthrough, e.g. ("--tp-size", "2", "--enable-hierarchical-cache")
+    # policy selection for the plugin (None: plain SGLang, the plugin stays inactive)
+    policy: str | None = None
+    policy_params: Mapping[str, Any] | None = None
+    policy_modules: Sequence[str] = ()
+    decision_log: str | os.PathLike | None = None
+    iteration_log: str | os.PathLike | None = None  # per-iteration timeline (plugin.IterationLog)
+    templates_file: str | os.PathLike | None = None
+    cost_model: Mapping[str, Any] | None = None
+    decision_trigger: str = "change"  # "change" | "pass" (plugin.py)
+    log_path: str | os.PathLike | None = None  # server stdout+stderr; None: a temp file
+    startup_timeout_s: float = 240.0
+    stop_timeout_s: float = 20.0
+    python: str = sys.executable
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | os.PathLike | None = None
+
+    def command(self, port: int) -> list[str]:
+        cmd = [
+            self.python, "-m", "sglang.launch_server",
+            "--model-path", str(self.model_path),
+            "--load-format", self.load_format,
+            "--host", self.host,
+            "--port", str(port),
+        ]
+        if self.profile == "cpu":
+            cmd += list(CPU_FLAGS)
+            if not any(a in ("--tp", "--tp-size", "--tensor-parallel-size") for a in self.extra_args):
+                cmd += ["--tp", "1"]
+        elif self.profile != "gpu":
+            raise ValueError(f"ServerConfig.profile must be 'cpu' or 'gpu', got {self.profile!r}")
+        if self.skip_tokenizer_init:
+            cmd.append("--skip-tokenizer-init")
+        for flag, value in (
+            ("--schedule-policy", self.schedule_policy),
+            ("--max-total-tokens", self.max_total_tokens),
+            ("--max-running-requests", self.max_running_requests),
+            ("--chunked-prefill-size", self.chunked_prefill_size),
+            ("--dtype", self.dtype),
+        ):
+            if value is not None:
+                cmd += [flag, str(value)]
+        cmd += [str(a) for a in self.extra_args]
+        return cmd
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        for k in list(env):  # never inherit a policy selection from the caller's shell
+            if k.startswith("TOPAS_"):
+                del env[k]
+        if self.profile == "cpu":
+            env.update(CPU_ENV)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if self.policy:
+            env[_plugin.ENV_POLICY] = self.policy
+            env[_plugin.ENV_PARAMS] = json.dumps(dict(self.policy_params or {}))
+            if self.policy_modules:
+                env[_plugin.ENV_MODULES] = ",".join(str(m) for m in self.policy_modules)
+            if self.decision_log:
+                env[_plugin.ENV_DECISION_LOG] = str(Path(self.decision_log).resolve())
+            if self.iteration_log:
+                env[_plugin.ENV_ITERATION_LOG] = str(Path(self.iteration_log).resolve())
+            if self.templates_file:
+                env[_plugin.ENV_TEMPLATES] = str(Path(self.templates_file).resolve())
+            env[_plugin.ENV_TRIGGER] = self.decision_trigger
+            if self.cost_model:
+                from topas.engines.sglang.costs import ENV_COST_MODEL
+
+                env[ENV_COST_MODEL] = json.dumps(dict(self.cost_model))
+        env.update(self.env)
+        return env
+
+
+def check_sglang_importable(python: str = sys.executable) -> None:
+    """One-line SGLangNotInstalled unless `python` can find sglang (without importing it)."""
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sglang') else 3)"
+    try:
+        rc = subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise SGLangNotInstalled(f"cannot run {python}: {e}") from None
+    if rc != 0:
+        raise SGLangNotInstalled(
+            f"sglang is not importable by {python}: on a CPU machine run `make sglang-cpu`; "
+            "on a GPU machine `pip install -e .[sglang]`"
+        )
+
+
+def _last_line(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    lines = [ln for ln in lines if not any(n in ln for n in _LOG_NOISE)]
+    for ln in reversed(lines):  # a crashed child, as the launcher reports it
+        if "crashed with exit code" in ln:
+            return ln[:300]
+    for ln in reversed(lines):  # else the exception line of a traceback, or an argparse error
+        if "Error" in ln or "Exception" in ln or "error:" in ln:
+            return ln[:300]
+    return lines[-1][:300] if lines else ""
+
+
+# harmless start-up warnings that mention errors (sglang 0.5.23 on the CPU install)
+_LOG_NOISE = ("OpenAI Responses API (/v1/responses) disabled", "UserWarning", "warnings.warn(")
+
+
+class SGLangServer:
+    def __init__(self, config: ServerConfig | None = None) -> None:
+        self.config = config or ServerConfig()
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
+        self.log_path: Path | None = None
+        self.startup_s: float | None = None
+        self._log_file = None
+        self._atexit_registered = False
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise SGLangServerError("server not started")
+        return f"http://{self.config.host}:{self.port}"
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> "SGLangServer":
+        cfg = self.config
+        check_sglang_importable(cfg.python)
+        model = Path(cfg.model_path)
+        if cfg.load_format == "dummy" and not (model / "config.json").is_file():
+            raise ServerStartError(f"--load-format dummy needs a config.json in {model}")
+        self.port = cfg.port or free_port(cfg.host)
+        if cfg.log_path is None:
+            import tempfile
+
+            fd, name = tempfile.mkstemp(prefix="sglang-server-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(name)
+        else:
+            self.log_path = Path(cfg.log_path)
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self.log_path, "ab")
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            cfg.command(self.port),
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=cfg.environment(),
+            cwd=str(cfg.cwd) if cfg.cwd else None,
+            start_new_session=True,  # own process group: stop() takes every child with it
+            preexec_fn=_die_with_parent,  # and if this process is killed outright, the launcher is told
+        )
+        if not self._atexit_registered:
+            atexit.register(self.stop)
+            self._atexit_registered = True
+        try:
+            self._wait_healthy(t0)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+        return self
+
+    def _wait_healthy(self, t0: float) -> None:
+        cfg = self.config
+        deadline = t0 + cfg.startup_timeout_s
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise ServerStartError(
+                    f"sglang server exited with code {rc} during start-up: {_last_line(self.log_path)} "
+                    f"(log: {self.log_path})"
+                )
+            if self.healthy(timeout=2.0):
+                return
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    f"sglang server not healthy after {cfg.startup_timeout_s:.0f} s: {_last_line(self.log_path)} "
+                    f"(log: {self.log_path})"
+                )
+            time.sleep(0.25)
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.base_url}/health", timeout=timeout) as r:
+                return r.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return False
+
+    def post(self, path: str, payload: Mapping[str, Any] | None = None, timeout: float = 600.0) -> Any:
+        """POST JSON to the server; the decoded JSON answer (or text)."""
+        data = json.dumps(dict(payload or {})).encode()
+        req = urllib.request.Request(f"{self.base_url}{path}", data=data, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            body = r.read()
+        try:
+            return json.loads(body)
+        except json.JSONDecodeError:
+            return body.decode("utf-8", "replace")
+
+    def flush_cache(self) -> None:
+        """Empty SGLang's prefix cache (only when no request is queued or running).
+        Pins held by the plugin die with the tree; it notices at its next decision."""
+        req = urllib.request.Request(f"{self.base_url}/flush_cache", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            r.read()
+
+    def set_policy(self, name: str, params: Mapping[str, Any] | None = None, timeout: float = 60.0) -> None:
+        """Switch the plugin to a fresh instance of policy `name` through a one-token control
+        request (`topas.control/v1`). Needs a server started with a policy (plugin active).
+        With a decision log configured, waits until the plugin confirms the switch."""
+        from topas.engines.sglang.adapter import control_envelope
+
+        if not self.config.policy:
+            raise SGLangServerError("set_policy needs a server started with a policy (the plugin is inactive)")
+        import uuid
+
+        rid = f"topas-control-{uuid.uuid4().hex[:12]}"
+        self.post(
+            "/generate",
+            {
+                "rid": rid,
+                "input_ids": [0],  # below the driver's token range (driver.TOKEN_ID_OFFSET)
+                "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},
+                "kv_hints": control_envelope(name, params, message_id=rid),
+            },
+            timeout=timeout,
+        )
+        log = self.config.decision_log
+        if not log:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in Path(log).read_text(encoding="utf-8").splitlines():
+                rec = json.loads(line)
+                if rec.get("rid") == rid:
+                    if rec.get("event") == "policy":
+                        return
+                    raise SGLangServerError(f"policy switch to {name!r} refused: {rec.get('error')}")
+            time.sleep(0.05)
+        raise SGLangServerError(f"policy switch to {name!r} not confirmed in {log}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def pids(self) -> list[int]:
+        """The server's process and all its descendants (empty once stopped)."""
+        if self.proc is None:
+            return []
+        return [self.proc.pid] + _descendants(self.proc.pid)
+
+    def stop(self) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        pgid = proc.pid  # start_new_session: the group id is the leader's pid
+        family = {pid: _start_time(pid) for pid in [proc.pid] + _descendants(proc.pid)}
+        if proc.poll() is None:
+            _signal_group(pgid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.config.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        _signal_group(pgid, signal.SIGKILL)
+        for pid, started in family.items():  # children that left the group (setsid)
+            if started is not None and _start_time(pid) == started:  # same process, not a reused pid
+                _kill(pid)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        _wait_gone(list(family), timeout=10)
+        self.proc = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        if self._atexit_registered:
+            atexit.unregister(self.stop)
+            self._atexit_registered = False
+
+    def __enter__(self) -> "SGLangServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+# ----------------------------------------------------------------------------------------------
+# Process helpers (Linux /proc; no psutil needed)
+# ----------------------------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """In the server's launcher process (before exec): SIGTERM when the process that started it
+    dies, even by SIGKILL (Linux PR_SET_PDEATHSIG; SGLang's launcher then stops its own
+    children). Without it a killed runner would leave a server holding the GPU. No-op elsewhere."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except Exception:  # noqa: BLE001 - not Linux: stop() and atexit still apply
+        pass
+
+
+def _children_map() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        # pid (comm) state ppid ...; comm may contain spaces and parentheses
+        rest = stat[stat.rfind(")") + 2 :].split()
+        if len(rest) >= 2:
+            out.setdefault(int(rest[1]), []).append(int(entry))
+    return out
+
+
+def _descendants(pid: int) -> list[int]:
+    if not os.path.isdir("/proc"):
+        return []
+    children = _children_map()
+    out, stack = [], [pid]
+    while stack:
+        for c in children.get(stack.pop(), []):
+            out.append(c)
+            stack.append(c)
+    return out
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("utf-8", "replace")
+        return int(stat[stat.rfind(")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().decode("utf-8", "replace")
+        return state[state.rfind(")") + 2 :].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pids: Sequence[int], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
+        time.sleep(0.1)
+
+
+def processes_alive(pids: Sequence[int]) -> list[int]:
+    """The subset of `pids` still running (not zombies)."""
+    return [p for p in pids if _pid_alive(p)]
