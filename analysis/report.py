@@ -63,7 +63,21 @@ def _special_claims(runs: dict[str, pd.DataFrame], claims: dict[str, Any]) -> li
     return rows
 
 
-def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analysis" / "results", runs_root: Path | None = None) -> pd.DataFrame:
+def log_to_wandb(out: Path, figs: list[Path], verdicts: pd.DataFrame, mode: str, name: str) -> None:
+    """The same figures and the claims table, logged to one W&B run (offline unless mode=online)."""
+    import wandb
+
+    run = wandb.init(project="topas-harness", mode=mode, dir=str(out), name=name, job_type="analysis", reinit=True)
+    try:
+        run.log({p.stem: wandb.Image(str(p)) for p in figs})
+        if not verdicts.empty:
+            run.log({"claims": wandb.Table(dataframe=verdicts.astype({"ours": float, "ci95": float}))})
+    finally:
+        run.finish()
+
+
+def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analysis" / "results", runs_root: Path | None = None,
+           wandb_mode: str | None = None) -> pd.DataFrame:
     names = names or {e: e for e in EXPERIMENTS}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -101,8 +115,11 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
             best = T.best_baseline(runs["main"], w, "jct_mean", claims["paper_baselines"])
             if best:
                 figs.append(F.timeline(runs["main"], out, w, best))
+    figs = [p for p in figs if p]
     print_summary(verdicts)
-    print("figures: " + ", ".join(p.name for p in figs if p))
+    print("figures: " + ", ".join(p.name for p in figs))
+    if wandb_mode:
+        log_to_wandb(out, figs, verdicts, wandb_mode, name=f"report-{names['main']}")
     return verdicts
 
 
@@ -122,8 +139,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suffix", default="", help="experiment-name suffix of the grid (e.g. _quick)")
     ap.add_argument("--out", default=str(ROOT / "analysis" / "results"))
+    ap.add_argument("--wandb", choices=["offline", "online"], default=None, help="also log figures and claims to W&B")
     a = ap.parse_args()
-    report({e: e + a.suffix for e in EXPERIMENTS}, a.out)
+    report({e: e + a.suffix for e in EXPERIMENTS}, a.out, wandb_mode=a.wandb)
 
 
 if __name__ == "__main__":

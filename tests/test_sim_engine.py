@@ -163,3 +163,29 @@ def test_random_dags_respect_every_invariant(seed, n_tasks, pool, policy, gap):
         wfs.append(w)
     arrivals = sorted(rng.choice([0.0, rng.uniform(0, 5)]) for _ in wfs)
     check_run(run_sim(make_trace(wfs, arrivals), policy, kv_pool_tokens=pool, host_cache_ratio=rng.choice([0.0, 2.0])))
+
+
+def test_load_back_time_is_latency_plus_bytes_over_bandwidth():
+    from topas.engines.latency.costs import transfer_seconds
+
+    cfg = engine_config(kv_bytes_per_token=262144, host_link_gbs=24.0, host_link_latency_s=5e-6)
+    assert cfg.transfer_time(0) == 0.0
+    assert cfg.transfer_time(6144) == pytest.approx(5e-6 + 6144 * 262144 / 24e9)
+    assert transfer_seconds(1000, 1024, 1.0, 0.0) == pytest.approx(1000 * 1024 / 1e9)
+
+
+def test_host_hit_is_loaded_back_and_overlaps_the_forward_pass():
+    """A prefix evicted to the host tier is loaded back on the next hit (not recomputed); the
+    iteration lasts max(compute, transfer), as HiCache's layer-wise load overlaps the forward."""
+    ag = {"a": Agent("a", 4000), "b": Agent("b", 4000)}
+    wfs = [Workflow("wa", ag, {"x": CallNode("x", "a", 10, 5)}), Workflow("wb", ag, {"x": CallNode("x", "b", 10, 5)}),
+           Workflow("wa", ag, {"x": CallNode("x", "a", 10, 5)})]
+    # the pool holds one prefix at a time: b evicts a to the host, the third task loads a back
+    e = run_sim(make_trace(wfs, [0.0, 5.0, 10.0]), "fcfs", kv_pool_tokens=6000, host_link_gbs=0.01)
+    rec = check_run(e)
+    r = rec.requests.set_index("task_id")
+    assert r.loc[2, "host_hit_tokens"] == 4000 and r.loc[2, "computed_tokens"] == 10
+    # 4000 tokens x 1024 B at 0.01 GB/s = 0.41 s >> the 6 ms compute of 10 tokens
+    load = e.cfg.transfer_time(4000)
+    tl = rec.timeline[(rec.timeline["kind"] == "prefill") & (rec.timeline["start"] >= 10.0)]
+    assert tl["duration"].iloc[0] == pytest.approx(load)

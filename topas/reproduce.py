@@ -84,6 +84,7 @@ def main() -> None:
     ap.add_argument("--experiments", nargs="*", default=list(GRIDS))
     ap.add_argument("--out", default=None, help="results folder (default analysis/results[/<grid>])")
     ap.add_argument("--skip-runs", action="store_true", help="only regenerate tables and figures")
+    ap.add_argument("--wandb", choices=["offline", "online"], default=None, help="also log the figures to W&B")
     a = ap.parse_args()
     out = Path(a.out) if a.out else ROOT / "analysis" / "results" / ("" if a.grid == "default" else a.grid)
     log_dir = ROOT / "runs" / "logs"
@@ -96,7 +97,7 @@ def main() -> None:
     from analysis.report import report
 
     names = {e: experiment_name(e, a.grid) for e in GRIDS}
-    report(names, out)
+    report(names, out, wandb_mode=a.wandb)
     print(f"total {time.time() - start:.0f} s; results in {out}")
 
 

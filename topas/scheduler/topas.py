@@ -33,6 +33,7 @@ from topas.workflow import WorkflowTemplate
 
 _TYPICAL_CONTEXT = 4096
 _ESTIMATE_EPOCH = 8  # cached task states are refreshed after this many newly finished calls
+_MIN_SCORED = 8  # tasks always scored per decision (see Topas._candidate_tasks)
 
 
 def _two_digits(x: float) -> float:
@@ -157,21 +158,22 @@ class Topas(Policy):
         for r in view.running:
             running_by_task[r.task_id].append(r)
 
+        scored = self._candidate_tasks(view, waiting_by_task)
         states: dict[int, TaskState] = {}
         reuse_n: Counter = Counter()
         for tid, prog in view.tasks.items():
-            if tid not in waiting_by_task and tid not in running_by_task:
-                continue  # between calls (tool gap): nothing to admit or reuse now
+            if tid not in scored and tid not in running_by_task:
+                continue  # between calls, or beyond what could be admitted now (left to the fill)
             tpl = view.templates[prog.template]
             rem = remaining_calls(tpl, prog, active.get(tid, {}))
-            if waiting_by_task.get(tid):
+            if tid in scored:
                 states[tid] = self._task_state(tpl, rem, Counter(r.stage for r in waiting_by_task[tid]),
                                                running_by_task.get(tid, []), wait_s, step_s)
             for r in running_by_task.get(tid, []):
                 self._count_reuse(tpl, rem, active.get(tid, {}), r.stage, reuse_n)
 
         gain_weight = {tid: (S.aging(view.now, view.tasks[tid].arrival, p.rho, p.h_age) if p.use_aging else 1.0) for tid in states}
-        stage_rids = {tid: self._stage_rids(rs) for tid, rs in waiting_by_task.items()}
+        stage_rids = {tid: self._stage_rids(waiting_by_task[tid]) for tid in scored}
 
         memo: dict[tuple[int, frozenset[str]], list[tuple[str, float]]] = {}
 
@@ -196,7 +198,7 @@ class Topas(Policy):
             return out
 
         ctx = _Context(view, active, waiting_by_task, running_by_task, wait_s, step_s)
-        problem = self._problem(view, waiting_by_task, reuse_n, chain, ctx)
+        problem = self._problem(view, {t: waiting_by_task[t] for t in scored}, reuse_n, chain, ctx)
         plan = search(problem, p.M)
         for rid in plan.admit:
             tid = problem.request_task[rid]
@@ -219,6 +221,22 @@ class Topas(Policy):
         keep_for_reuse = len(plan.admit) == len(view.waiting)
         pin = frozenset(a for a in plan.resident if a in used or (keep_for_reuse and problem.agents[a].reuse_n > 0))
         return Decision(admit=tuple(admit), pin=pin, preempt=tuple(plan.preempt), stop_at_first_misfit=p.stop_at_first_misfit)
+
+    def _candidate_tasks(self, view: SchedulerView, waiting_by_task: dict[int, list[RequestInfo]]) -> set[int]:
+        """Tasks whose waiting requests are scored this decision. Under a long queue, only the oldest
+        tasks (the largest aging weights) whose requests could fill the KV pool (at least
+        _MIN_SCORED) are scored; admitting any later one is impossible this decision, so they wait
+        for the work-conserving fill. Keeps a decision's cost bounded by the pool, not the queue."""
+        if len(waiting_by_task) <= _MIN_SCORED:
+            return set(waiting_by_task)
+        picked: set[int] = set()
+        need = 0
+        for tid in sorted(waiting_by_task, key=lambda t: (view.tasks[t].arrival, t)):
+            picked.add(tid)
+            need += min(self._kv(r) for r in waiting_by_task[tid])
+            if len(picked) >= _MIN_SCORED and need > view.kv_capacity_tokens:
+                break
+        return picked
 
     def _task_state(self, tpl, rem, waiting_counts: Counter, running, wait_s, step_s) -> TaskState:
         """Path-model inputs of one task; cached on a coarse signature of its progress (incremental:
@@ -313,8 +331,7 @@ class Topas(Policy):
 
     def _kv(self, r: RequestInfo) -> int:
         """d_r at completion: own prompt suffix + (estimated) output, beyond the shared prefix."""
-        y = self.est.output_tokens(r.agent, r.stage)
-        return int(r.prompt_tokens - r.prefix_tokens + max(y, r.generated_tokens))
+        return int(r.prompt_tokens - r.prefix_tokens + max(self.est.output_tokens(r.agent, r.stage), r.generated_tokens))
 
     def _running_options(self, ctx: "_Context") -> list[RunningOption]:
         """Preemption candidates with their cost J_redo + J_revoke. The revoked credit is the
