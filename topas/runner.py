@@ -23,7 +23,9 @@ from topas.results import RunRecord, format_summary, summarize, write_run
 from topas.workflow import Trace
 
 
-def sim_engine_config(b: SimBackendConfig, model: ModelSpec, gpu: GpuSpec):
+def sim_engine_config(b: SimBackendConfig, model: ModelSpec, gpu: GpuSpec, latency=None):
+    """The simulated server's settings; `latency` (the predictor) supplies the client round trip
+    of a measured profile when `submit_latency_s` / `return_latency_s` are null."""
     from topas.engines.latency.memory import kv_bytes_per_token, kv_pool_tokens, max_running_requests
     from topas.engines.sim.config import SimEngineConfig
 
@@ -41,7 +43,13 @@ def sim_engine_config(b: SimBackendConfig, model: ModelSpec, gpu: GpuSpec):
         max_new_tokens_cap=b.max_new_tokens_cap,
         touch_waiting_prefixes=b.touch_waiting_prefixes,
         decision_cost_s=b.decision_cost_s,
+        submit_latency_s=_or(b.submit_latency_s, getattr(latency, "submit_latency_s", 0.0)),
+        return_latency_s=_or(b.return_latency_s, getattr(latency, "return_latency_s", 0.0)),
     )
+
+
+def _or(value: float | None, default: float) -> float:
+    return float(default) if value is None else float(value)
 
 
 @dataclass
@@ -65,10 +73,10 @@ def run_sim(ctx: RunContext) -> tuple[RunRecord, float]:
     from topas.engines.sim.records import sim_record
 
     b, model, gpu = ctx.backend, ctx.model, ctx.gpu
-    ecfg = sim_engine_config(b, model, gpu)
     kw = {"path": b.latency_profile} if b.latency == "profile" else {}
     latency = build_latency_model(b.latency, model, gpu, **kw)
     latency.decode(1, 1), latency.prefill([(1, 0)])  # build lazy tables now, not inside the first timed decision
+    ecfg = sim_engine_config(b, model, gpu, latency)
     costs = LatencyCostModel(latency, ecfg.kv_bytes_per_token, ecfg.host_link_gbs, ecfg.host_link_latency_s)
     engine = SimEngine(ecfg, latency, ctx.policy, ctx.trace, costs)
     engine.run(ctx.progress)
@@ -117,7 +125,8 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False)
 
     trace = build_trace(replace(w, arrival_rate=rate), int(cfg.seed))
     out = Path(out_dir if out_dir is not None else cfg.out_dir)
-    bar = tqdm(total=len(trace.tasks), desc=f"{sched.name}/{w.name}", unit="task", disable=quiet or not cfg.progress, leave=False)
+    bar = tqdm(total=len(trace.tasks), desc=f"{sched.name}/{w.name}", unit="task", leave=False,
+               disable=True if quiet or not cfg.progress else None)  # None: only on a terminal
     ctx = RunContext(groups["backend"], model, gpu, sched, policy, trace, w.warmup_fraction, out, bar.update)
     try:
         record, wall = backend_runner(groups["backend"].name)(ctx)
