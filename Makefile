@@ -64,6 +64,12 @@ sglang-cpu: $(STAMP)
 test-sglang: sglang-cpu
 	TOPAS_REQUIRE_SGLANG=1 $(PY) -m pytest tests/sglang $(ARGS)
 
+.PHONY: fidelity
+## Simulator fidelity: the real SGLang server (CPU, tiny model) vs the simulator on identical
+## traces, FCFS/LPM/TOPAS x dag4 + scaled MetaGPT-TL, 2 repeats -> analysis/results/fidelity/.
+fidelity: sglang-cpu
+	$(PY) -m topas.fidelity $(ARGS)
+
 .PHONY: sglang-gpu gpu-check
 ## Real SGLang 0.5.23 on a GPU machine (sglang's own CUDA torch; no stand-ins).
 sglang-gpu: $(STAMP)

@@ -6,6 +6,9 @@
 #   pip install -e .[sglang]          # once, on the GPU machine (CUDA torch comes with sglang)
 #   bash scripts/gpu_check.sh         # or: make gpu-check;  args go to python -m topas.engines.sglang.gpu_check
 #   bash scripts/gpu_check.sh --model qwen2_5_32b --gpu a100_80gb --num-tasks 12
+#   bash scripts/gpu_check.sh --fidelity     # issue 7: the simulator-fidelity validation (topas.fidelity) on this GPU:
+#                                            # latency profile + dag4 x {fcfs, topas}, real vs simulated; table and
+#                                            # figure in runs/gpu_check/fidelity/ (dry run: --fidelity --device cpu)
 #
 # Output: a table on stdout and runs/gpu_check/{comparison.json,trace.jsonl,real/,sim/}
 # (real/ keeps server.log, decisions.jsonl, iterations.jsonl). Exit 0: both runs finished;

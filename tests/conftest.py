@@ -6,6 +6,7 @@ import random
 from typing import Sequence
 
 import pytest
+from hypothesis import settings
 
 from topas.engines.latency.base import LatencyModel
 from topas.engines.latency.costs import LatencyCostModel
@@ -13,6 +14,11 @@ from topas.engines.sim.config import SimEngineConfig
 from topas.engines.sim.engine import SimEngine
 from topas.policy import Policy, create_policy
 from topas.workflow import Agent, CallNode, SegmentRef, Task, Trace, Workflow, template_of
+
+# the same examples on every run: CI is reproducible; explore more with --hypothesis-profile=explore
+settings.register_profile("ci", derandomize=True)
+settings.register_profile("explore", derandomize=False, max_examples=500)
+settings.load_profile("ci")
 
 
 class LinearLatency(LatencyModel):

@@ -46,6 +46,9 @@ class SimBackendConfig:
     max_new_tokens_cap: int = 4096
     touch_waiting_prefixes: bool = True
     decision_cost_s: float = 0.0
+    # a real server's client path (topas.engines.sim.config.ClientPath; keys submit, submit_per_token,
+    # return, dispatch, dispatch_per_token); None: the latency profile's with latency=profile, else none
+    client_latency: Optional[dict[str, float]] = None
 
 
 @dataclass
@@ -65,7 +68,7 @@ class LoggerConfig:
 
 _SCHEMAS = {"scheduler": SchedulerConfig, "logger": LoggerConfig}
 # backend name -> schema, or "module:Class" imported on use
-_BACKENDS: dict[str, type | str] = {"sim": SimBackendConfig, "sglang": "topas.engines.sglang.backend:SGLangBackendConfig"}
+_BACKENDS: dict[str, type | str] = {"sim": SimBackendConfig, "sglang": "topas.engines.sglang.backend_config:SGLangBackendConfig"}
 
 
 def _backend_schema(name: str) -> type:

@@ -24,8 +24,8 @@ from topas.workflow import Trace
 
 
 def sim_engine_config(b: SimBackendConfig, model: ModelSpec, gpu: GpuSpec, latency=None):
-    """The simulated server's settings; `latency` (the predictor) supplies the client round trip
-    of a measured profile when `submit_latency_s` / `return_latency_s` are null."""
+    """The simulated server's settings; `latency` (the predictor) supplies the client path of a
+    measured profile (its `client_latency`) when `backend.client_latency` is null."""
     from topas.engines.latency.memory import kv_bytes_per_token, kv_pool_tokens, max_running_requests
     from topas.engines.sim.config import SimEngineConfig
 
@@ -43,13 +43,18 @@ def sim_engine_config(b: SimBackendConfig, model: ModelSpec, gpu: GpuSpec, laten
         max_new_tokens_cap=b.max_new_tokens_cap,
         touch_waiting_prefixes=b.touch_waiting_prefixes,
         decision_cost_s=b.decision_cost_s,
-        submit_latency_s=_or(b.submit_latency_s, getattr(latency, "submit_latency_s", 0.0)),
-        return_latency_s=_or(b.return_latency_s, getattr(latency, "return_latency_s", 0.0)),
+        client=_client_path(b.client_latency, latency),
     )
 
 
-def _or(value: float | None, default: float) -> float:
-    return float(default) if value is None else float(value)
+def _client_path(configured, latency):
+    from topas.engines.sim.config import ClientPath
+
+    spec = configured if configured is not None else getattr(latency, "client_latency", None)
+    try:
+        return ClientPath.from_mapping(spec)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"backend.client_latency: {str(e).splitlines()[0]}") from None
 
 
 @dataclass

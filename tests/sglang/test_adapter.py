@@ -4,23 +4,16 @@ objects on CPU: `Req`, `SamplingParams`, the kv_hints envelope types, the legacy
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-# Without sglang in the venv (`make sglang-cpu` installs it) the module is skipped, unless
-# TOPAS_REQUIRE_SGLANG=1 (set by `make test-sglang`, meant for CI): then it is an error.
-# (No conftest.py in tests/sglang: it would shadow tests/conftest.py, imported as `conftest`.)
-os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-if importlib.util.find_spec("sglang.srt") is None:
-    if os.environ.get("TOPAS_REQUIRE_SGLANG") == "1":
-        raise RuntimeError("sglang is not installed (TOPAS_REQUIRE_SGLANG=1): run `make sglang-cpu`")
-    pytest.skip("sglang is not installed in this venv: run `make sglang-cpu`", allow_module_level=True)
+from sglang_support import require_sglang  # noqa: E402
+
+require_sglang()
 
 import msgspec  # noqa: E402
 import torch  # noqa: E402
@@ -35,8 +28,11 @@ from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: 
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 
 from topas.engines.sglang import adapter as A  # noqa: E402
+from topas.engines.sglang import cache_probe as P  # noqa: E402
+from topas.engines.sglang import hints as H  # noqa: E402
 from topas.engines.sglang.costs import LinearCostModel  # noqa: E402
-from topas.engines.sglang.plugin import Controller, DecisionLog  # noqa: E402
+from topas.engines.sglang.controller import Controller  # noqa: E402
+from topas.engines.sglang.jsonl import DecisionLog  # noqa: E402
 from topas.policy import Decision, Policy  # noqa: E402
 from topas.policy.events import RequestFinished, RequestReady, TaskArrived  # noqa: E402
 from topas.workflow import Agent, TemplateStage, WorkflowTemplate  # noqa: E402
@@ -51,17 +47,17 @@ PREFIX_A = list(range(100, 132))  # 32 tokens
 PREFIX_B = list(range(200, 224))  # 24 tokens
 
 
-def hint(task: int, node: str, agent: str, prefix: int, **kw: Any) -> A.WorkflowHint:
-    return A.WorkflowHint(
+def hint(task: int, node: str, agent: str, prefix: int, **kw: Any) -> H.WorkflowHint:
+    return H.WorkflowHint(
         task_id=task, node=node, stage=kw.pop("stage", node), agent=agent, template="tpl",
         task_arrival=kw.pop("task_arrival", 10.0), prefix_tokens=prefix, **kw,
     )
 
 
-def make_req(rid: str, ids: list[int], h: A.WorkflowHint | None = None, channel: str = "kv_hints") -> Req:
-    custom = A.custom_params_fallback(h) if (h is not None and channel == "custom_params") else None
+def make_req(rid: str, ids: list[int], h: H.WorkflowHint | None = None, channel: str = "kv_hints") -> Req:
+    custom = H.custom_params_fallback(h) if (h is not None and channel == "custom_params") else None
     sp = SamplingParams(max_new_tokens=8, ignore_eos=True, custom_params=custom)
-    env = decode_kv_hints_envelope(A.kv_hints_envelope(h, rid)) if (h is not None and channel == "kv_hints") else None
+    env = decode_kv_hints_envelope(H.kv_hints_envelope(h, rid)) if (h is not None and channel == "kv_hints") else None
     return Req(rid, "", array("q", ids), sp, kv_hints=env)
 
 
@@ -106,32 +102,32 @@ TEMPLATE = WorkflowTemplate(
 
 def test_hint_reaches_req_kv_hints_through_ipc_encoding():
     h = hint(7, "s2", "B", 24, ready_time=12.5, downstream_agents=("A",), segments=(("agent:B", 24), ("t7:s2:in", 9)),
-             template_spec=A.template_to_json(TEMPLATE))
-    envelope = A.kv_hints_envelope(h, "m1")
+             template_spec=H.template_to_json(TEMPLATE))
+    envelope = H.kv_hints_envelope(h, "m1")
     json.dumps(envelope)  # plain JSON, as the HTTP body carries it
     decoded = decode_kv_hints_envelope(envelope)  # what GenerateReqInput normalisation does
     assert isinstance(decoded, KvHintsEnvelope)
     # tokenizer manager -> scheduler is msgpack IPC (msgspec structs)
     wire = msgspec.msgpack.decode(msgspec.msgpack.encode(decoded), type=KvHintsEnvelope)
     req = Req("r1", "", array("q", [1, 2, 3]), SamplingParams(max_new_tokens=4), kv_hints=wire)
-    got = A.hint_from_req(req)
+    got = H.hint_from_req(req)
     assert got == h
-    assert A.template_from_json(got.template_spec).stages == TEMPLATE.stages
+    assert H.template_from_json(got.template_spec).stages == TEMPLATE.stages
 
 
 def test_hint_via_custom_params_fallback_and_foreign_requests():
     h = hint(3, "s1", "A", 32, downstream_agents=("B",))
     req = make_req("r1", PREFIX_A + [5], h, channel="custom_params")
     assert req.kv_hints is None
-    assert A.hint_from_req(req) == h
-    assert A.hint_from_req(make_req("r2", [1, 2, 3])) is None
+    assert H.hint_from_req(req) == h
+    assert H.hint_from_req(make_req("r2", [1, 2, 3])) is None
 
 
 def test_generate_req_input_accepts_the_envelope():
     from sglang.srt.managers.io_struct import GenerateReqInput
 
     h = hint(1, "s1", "A", 32)
-    obj = GenerateReqInput(input_ids=PREFIX_A + [9], sampling_params={"max_new_tokens": 2}, kv_hints=A.kv_hints_envelope(h))
+    obj = GenerateReqInput(input_ids=PREFIX_A + [9], sampling_params={"max_new_tokens": 2}, kv_hints=H.kv_hints_envelope(h))
     obj.normalize_batch_and_arguments()
     env = obj.kv_hints[0] if isinstance(obj.kv_hints, list) else obj.kv_hints
     assert isinstance(env, KvHintsEnvelope)
@@ -142,21 +138,21 @@ def test_malformed_payload_is_a_one_line_error():
     bad = {"protocol_version": "1", "message_id": "m", "actions": [
         {"action_id": "a", "action_type": "topas.workflow", "action_version": "v1", "payload": {"node": "x"}}]}
     req = Req("r", "", array("q", [1, 2]), SamplingParams(max_new_tokens=1), kv_hints=decode_kv_hints_envelope(bad))
-    with pytest.raises(A.HintError, match="lacks task_id"):
-        A.hint_from_req(req)
+    with pytest.raises(H.HintError, match="lacks task_id"):
+        H.hint_from_req(req)
     # other action types and versions are ignored (kv_hints consumers ignore what they do not implement)
     other = {"protocol_version": "1", "message_id": "m", "actions": [
         {"action_id": "a", "action_type": "topas.workflow", "action_version": "v2", "payload": {}},
         {"action_id": "b", "action_type": "hicache.pin", "action_version": "v1", "payload": {}}]}
     req = Req("r", "", array("q", [1, 2]), SamplingParams(max_new_tokens=1), kv_hints=decode_kv_hints_envelope(other))
-    assert A.hint_from_req(req) is None
+    assert H.hint_from_req(req) is None
 
 
 def test_control_envelope_round_trip():
-    env = decode_kv_hints_envelope(A.control_envelope("lpm", {"fcfs_above_waiting": 64}))
+    env = decode_kv_hints_envelope(H.control_envelope("lpm", {"fcfs_above_waiting": 64}))
     req = Req("c", "", array("q", [3]), SamplingParams(max_new_tokens=1), kv_hints=env)
-    assert A.control_from_req(req) == ("lpm", {"fcfs_above_waiting": 64})
-    assert A.hint_from_req(req) is None
+    assert H.control_from_req(req) == ("lpm", {"fcfs_above_waiting": 64})
+    assert H.hint_from_req(req) is None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -168,7 +164,7 @@ def test_control_envelope_round_trip():
 def test_device_match_is_read_only(kind):
     cache, alloc = make_cache(kind)
     insert(cache, alloc, PREFIX_A + [1, 2, 3, 4])
-    probe = A.CacheProbe(cache)
+    probe = P.CacheProbe(cache)
     before = cache.evictable_size()
     n, node, span = probe.device_match(probe.key(PREFIX_A + [9]))
     assert n == 32 and span == 36  # the match ends inside the node: not split
@@ -184,7 +180,7 @@ def test_pinned_prefix_survives_eviction_that_takes_the_unpinned_one(kind):
     cache, alloc = make_cache(kind, size=128)
     insert(cache, alloc, PREFIX_A + [1, 2, 3, 4])  # older: plain LRU evicts it first
     insert(cache, alloc, PREFIX_B + [5, 6, 7, 8])
-    probe = A.CacheProbe(cache)
+    probe = P.CacheProbe(cache)
     handle = probe.pin(PREFIX_A)
     assert handle is not None and handle.tokens == 32
     # the pin split the node at the prefix boundary: exactly the prefix is locked
@@ -205,7 +201,7 @@ def test_pinned_prefix_survives_eviction_that_takes_the_unpinned_one(kind):
 def test_pin_refuses_a_prefix_not_on_device(kind):
     cache, alloc = make_cache(kind)
     insert(cache, alloc, PREFIX_A[:10])
-    probe = A.CacheProbe(cache)
+    probe = P.CacheProbe(cache)
     assert probe.pin(PREFIX_A) is None
     assert probe.pin([]) is None
     assert cache.protected_size() == 0
@@ -220,7 +216,7 @@ def test_pin_refuses_a_prefix_not_on_device(kind):
 def test_view_from_real_reqs_and_cache(kind):
     cache, alloc = make_cache(kind)
     insert(cache, alloc, PREFIX_A + [1, 2, 3])
-    probe = A.CacheProbe(cache)
+    probe = P.CacheProbe(cache)
     h_wait = hint(1, "s3", "A", 32, ready_time=11.0, segments=(("agent:A", 32), ("t1:s3:in", 4)))
     h_wait2 = hint(2, "s1", "A", 32, ready_time=10.5, task_arrival=10.5)
     h_run = hint(1, "s2", "B", 24)

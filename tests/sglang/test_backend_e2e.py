@@ -8,7 +8,6 @@ switched in place, the prefix cache flushed). Two server starts in all (~20 s ea
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,54 +17,37 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-# Without sglang in the venv (`make sglang-cpu` installs it) the module is skipped, unless
-# TOPAS_REQUIRE_SGLANG=1 (set by `make test-sglang`, meant for CI): then it is an error.
-os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-if importlib.util.find_spec("sglang.srt") is None:
-    if os.environ.get("TOPAS_REQUIRE_SGLANG") == "1":
-        raise RuntimeError("sglang is not installed (TOPAS_REQUIRE_SGLANG=1): run `make sglang-cpu`")
-    pytest.skip("sglang is not installed in this venv: run `make sglang-cpu`", allow_module_level=True)
+from sglang_support import REQUEST_COLUMNS, ROOT, TASK_COLUMNS, compose_cfg, require_sglang  # noqa: E402
 
-from hydra import compose, initialize_config_dir  # noqa: E402
+require_sglang()
 
-from topas.engines.sglang import backend as B  # noqa: E402
-from topas.engines.sglang.server import _descendants  # noqa: E402
+from topas.engines.sglang import backend_config as BC  # noqa: E402
+from topas.engines.sglang import shared_server as S  # noqa: E402
+from topas.engines.sglang.processes import descendants  # noqa: E402
 from topas.results import OUTPUT_FILES, TIMELINE_COLUMNS, is_complete  # noqa: E402
 from topas.runner import run  # noqa: E402
 
 pytestmark = pytest.mark.sglang
 
-ROOT = Path(__file__).resolve().parents[2]
-PROFILE = "gpu" if B.gpu_visible() else "cpu"  # backend.profile=auto; this file also runs on a GPU machine
-CONF = str(ROOT / "conf")
+PROFILE = "gpu" if BC.gpu_visible() else "cpu"  # backend.profile=auto; this file also runs on a GPU machine
 SCALE = 0.05  # dag4 at 5%: prefixes S 256, L 205, R 205, J 154; input 26; output 13 tokens
 NUM_TASKS = 4
 EXTRA_FILES = ("server.log", "decisions.jsonl", "iterations.jsonl", "calls.jsonl")
-TASK_COLUMNS = ["task_id", "template", "arrival", "finish", "jct", "num_calls", "warmup"]
-REQUEST_COLUMNS = [
-    "rid", "task_id", "node", "agent", "stage", "ready", "first_admit", "admit", "first_token", "finish",
-    "prompt_tokens", "prefix_tokens", "output_tokens", "prefix_hit_tokens", "host_hit_tokens", "computed_tokens",
-    "preemptions", "service_s",
-]
 
 
 def cfg(*overrides):
-    with initialize_config_dir(version_base=None, config_dir=CONF):
-        return compose(
-            config_name="config",
-            overrides=[
-                "logger=none", "progress=false", "backend=sglang", "model=tiny_cpu", "workload=dag4",
-                f"workload.num_tasks={NUM_TASKS}", "workload.arrival_rate=4", f"backend.token_scale={SCALE}",
-                "backend.replay_timeout_s=120", "backend.startup_timeout_s=300",
-                "backend.max_total_tokens=4096", "backend.extra_args=[--random-seed,0]", *overrides,
-            ],
-        )
+    return compose_cfg(
+        "backend=sglang", "model=tiny_cpu", "workload=dag4", f"workload.num_tasks={NUM_TASKS}",
+        "workload.arrival_rate=4", f"backend.token_scale={SCALE}", "backend.replay_timeout_s=120",
+        "backend.startup_timeout_s=300", "backend.max_total_tokens=4096", "backend.extra_args=[--random-seed,0]",
+        *overrides,
+    )
 
 
 def sglang_children() -> list[int]:
     """Processes below this one whose command line mentions sglang."""
     out = []
-    for pid in _descendants(os.getpid()):
+    for pid in descendants(os.getpid()):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             state = Path(f"/proc/{pid}/stat").read_text()
@@ -108,7 +90,7 @@ def runs(tmp_path_factory):
         yield out
     finally:
         mp.undo()
-        B.shutdown_shared_servers()
+        S.shutdown_shared_servers()
 
 
 RUNS = ("topas", "fcfs", "topas_reused")
@@ -229,7 +211,7 @@ def test_server_crash_during_the_replay_is_one_line_and_leaves_nothing(runs, tmp
 
     from topas.engines.sglang.backend import SGLangRunError
 
-    (shared,) = B._SHARED.values()
+    (shared,) = S._SHARED.values()
     sched = [p for p in shared.server.pids() if b"scheduler" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert sched
 
@@ -243,12 +225,12 @@ def test_server_crash_during_the_replay_is_one_line_and_leaves_nothing(runs, tmp
             quiet=True)
     msg = str(e.value)
     assert "\n" not in msg and "died during the replay" in msg and "crashed with exit code -9" in msg, msg
-    assert not B._SHARED and sglang_children() == []
+    assert not S._SHARED and sglang_children() == []
     assert (tmp_path / "x" / "server.log").is_file() and not (tmp_path / "x" / "summary.json").exists()
 
 
 def test_zz_no_server_left_after_shutdown(runs):
-    B.shutdown_shared_servers()
+    S.shutdown_shared_servers()
     assert sglang_children() == []
 
 
@@ -279,10 +261,10 @@ def test_gpu_profile_command_parses_with_sglangs_own_arguments():
 
     from topas.engines.sglang.server import ServerConfig
 
-    b = B.SGLangBackendConfig(mem_fraction_static=0.85, enable_hierarchical_cache=True, hicache_ratio=2.0,
+    b = BC.SGLangBackendConfig(mem_fraction_static=0.85, enable_hierarchical_cache=True, hicache_ratio=2.0,
                               max_total_tokens=22035, chunked_prefill_size=8192, max_running_requests=256,
                               extra_args=["--attention-backend", "fa3"])
-    kw, extra = B.server_args(b, "gpu")
+    kw, extra = BC.server_args(b, "gpu")
     cmd = ServerConfig(model_path=ROOT / "topas/engines/latency/models/qwen2_5_32b", extra_args=extra, **kw).command(30000)
     assert cmd[1:3] == ["-m", "sglang.launch_server"] and "--device" not in cmd
     parser = argparse.ArgumentParser()

@@ -6,33 +6,19 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
+from sglang_support import REQUEST_COLUMNS, TASK_COLUMNS
+from sglang_support import compose_cfg as cfg
 
 from topas.config import ConfigError, validate
-from topas.engines.sglang import backend as B
-from topas.engines.sglang.records import per_iteration_latency, read_jsonl, sglang_record
+from topas.engines.sglang import backend_config as B
+from topas.engines.sglang.jsonl import read_jsonl
+from topas.engines.sglang.records import per_iteration_latency, sglang_record
 from topas.engines.sglang.scaling import auto_token_scale, max_call_tokens, scale_trace, scaled_tokens
 from topas.results import TIMELINE_COLUMNS, summarize
 from topas.workflow import Agent, CallNode, SegmentRef, Task, Trace, Workflow, template_of
-
-ROOT = Path(__file__).resolve().parents[2]
-CONF = str(ROOT / "conf")
-
-TASK_COLUMNS = ["task_id", "template", "arrival", "finish", "jct", "num_calls", "warmup"]
-REQUEST_COLUMNS = [
-    "rid", "task_id", "node", "agent", "stage", "ready", "first_admit", "admit", "first_token", "finish",
-    "prompt_tokens", "prefix_tokens", "output_tokens", "prefix_hit_tokens", "host_hit_tokens", "computed_tokens",
-    "preemptions", "service_s",
-]
-
-
-def cfg(*overrides):
-    with initialize_config_dir(version_base=None, config_dir=CONF):
-        return compose(config_name="config", overrides=["logger=none", "progress=false", *overrides])
 
 
 def chain(prefix=(("A", 600), ("B", 800)), inp=100, out=50) -> Workflow:
@@ -332,13 +318,13 @@ class _Sched:
 
 
 def test_iteration_log_tiles_busy_time_and_merges_decode_stretches(tmp_path, monkeypatch):
-    from topas.engines.sglang import plugin
+    from topas.engines.sglang import iteration_log
 
     clock = {"t": 100.0}
-    monkeypatch.setattr(plugin.time, "monotonic", lambda: clock["t"])
-    monkeypatch.setattr(plugin.time, "time", lambda: clock["t"] + 1e6)  # wall = monotonic + 1e6
+    monkeypatch.setattr(iteration_log.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(iteration_log.time, "time", lambda: clock["t"] + 1e6)  # wall = monotonic + 1e6
     path = tmp_path / "it.jsonl"
-    log, s = plugin.IterationLog(str(path)), _Sched()
+    log, s = iteration_log.IterationLog(str(path)), _Sched()
     a, b = _Req("a"), _Req("b")
 
     def step(batch, end):

@@ -4,17 +4,13 @@ On a GPU machine the same code runs with Qwen2.5 (scripts/gpu_check.sh)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 
 import pytest
 
-os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-if importlib.util.find_spec("sglang.srt") is None:
-    if os.environ.get("TOPAS_REQUIRE_SGLANG") == "1":
-        raise RuntimeError("sglang is not installed (TOPAS_REQUIRE_SGLANG=1): run `make sglang-cpu`")
-    pytest.skip("sglang is not installed in this venv: run `make sglang-cpu`", allow_module_level=True)
+from sglang_support import require_sglang  # noqa: E402
+
+require_sglang()
 
 from topas.engines.sglang import gpu_check  # noqa: E402
 from topas.workloads import load_trace  # noqa: E402

@@ -8,38 +8,31 @@ no process of it remains."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-# Without sglang in the venv (`make sglang-cpu` installs it) the module is skipped, unless
-# TOPAS_REQUIRE_SGLANG=1 (set by `make test-sglang`, meant for CI): then it is an error.
-# (No conftest.py in tests/sglang: it would shadow tests/conftest.py, imported as `conftest`.)
-os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
-if importlib.util.find_spec("sglang.srt") is None:
-    if os.environ.get("TOPAS_REQUIRE_SGLANG") == "1":
-        raise RuntimeError("sglang is not installed (TOPAS_REQUIRE_SGLANG=1): run `make sglang-cpu`")
-    pytest.skip("sglang is not installed in this venv: run `make sglang-cpu`", allow_module_level=True)
+from sglang_support import ROOT as REPO  # noqa: E402
+from sglang_support import require_sglang
+
+require_sglang()
 
 from topas.engines.sglang.driver import DriverConfig, run_trace_sync  # noqa: E402
+from topas.engines.sglang.processes import processes_alive  # noqa: E402
 from topas.engines.sglang.server import (  # noqa: E402
     SGLangNotInstalled,
     SGLangServer,
     ServerConfig,
     ServerStartError,
     check_sglang_importable,
-    processes_alive,
 )
 from topas.workflow import Agent, CallNode, SegmentRef, Task, Trace, Workflow, template_of  # noqa: E402
 
 pytestmark = pytest.mark.sglang
 
 POLICIES = str(Path(__file__).with_name("policies_for_tests.py"))
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -1,343 +1,23 @@
-"""Translation between SGLang 0.5.23 scheduler state and the engine-neutral policy API.
+"""Translation between SGLang 0.5.23 scheduler state and the engine-neutral policy API:
+SGLang state -> `SchedulerView`, `Decision` -> waiting-queue order, pin changes, releases.
 
 Pure functions and small value types; nothing here patches sglang or keeps global
-state (that is `plugin.py`). Importing this module does not import sglang: the
-functions that need sglang types import them lazily, so the driver (client side)
-can build hint envelopes without the engine.
-
-Workflow metadata path (verified against sglang 0.5.23 source):
-  client `POST /generate {"kv_hints": {...envelope...}}`
-  -> `GenerateReqInput.kv_hints` (io_struct.py; normalised by `decode_kv_hints_envelope`
-     into `KvHintsEnvelope`, a msgspec struct)
-  -> `TokenizedGenerateReqInput.kv_hints` (tokenizer_manager.py)
-  -> `Req(kv_hints=recv_req.kv_hints)` in `Scheduler.handle_generate_request`
-  -> **`req.kv_hints.actions[i].payload`** inside the scheduler process, for the action
-     with `action_type == "topas.workflow"` and `action_version == "v1"`.
-Fallback: `sampling_params.custom_params["topas.workflow/v1"]` (a JSON string, since
-custom_params only carries JSON scalars / flat dicts through msgpack IPC)
--> **`req.sampling_params.custom_params`**.
+state (that is `plugin.py` / `controller.py`). Importing this module does not import
+sglang. The request hints live in `hints.py`, cache queries and pins in `cache_probe.py`.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import uuid
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from topas.engines.sglang.cache_probe import CacheProbe
+from topas.engines.sglang.hints import WorkflowHint
 from topas.policy.decision import Decision
 from topas.policy.view import CostModel, PrefixState, RequestInfo, SchedulerView, TaskProgress
-from topas.workflow import Agent, TemplateStage, WorkflowTemplate
-
-# ----------------------------------------------------------------------------------------------
-# The versioned workflow hint
-# ----------------------------------------------------------------------------------------------
-
-KV_HINTS_PROTOCOL_VERSION = "1"
-ACTION_TYPE = "topas.workflow"
-ACTION_VERSION = "v1"
-CUSTOM_PARAMS_KEY = f"{ACTION_TYPE}/{ACTION_VERSION}"
-
-
-class HintError(ValueError):
-    """A malformed topas.workflow/v1 payload (one-line message)."""
-
-
-@dataclass(frozen=True)
-class WorkflowHint:
-    """Payload of the `topas.workflow/v1` action: what the scheduler may know about a call.
-
-    Times are seconds on the wall clock (`time.time()`) of the machine running client
-    and server (the plugin compares them with its own `time.time()`).
-    Deliberately absent: the call's true output length (the engine knows
-    `max_new_tokens` separately; policies never see it)."""
-
-    task_id: int
-    node: str
-    stage: str
-    agent: str
-    template: str
-    task_arrival: float
-    prefix_tokens: int  # leading prompt tokens that are the agent's static prefix
-    ready_time: float | None = None  # when the client released the call (deps done + gap)
-    downstream_agents: tuple[str, ...] = ()  # agents of this node's direct successors
-    # prompt composition, (segment id, tokens) in order (DESIGN.md section 9); equal ids = equal tokens
-    segments: tuple[tuple[str, int], ...] = ()
-    template_spec: Mapping[str, Any] | None = None  # optional: the template itself (template_to_json)
-
-    def to_payload(self) -> dict[str, Any]:
-        p: dict[str, Any] = {
-            "task_id": self.task_id,
-            "node": self.node,
-            "stage": self.stage,
-            "agent": self.agent,
-            "template": self.template,
-            "task_arrival": self.task_arrival,
-            "prefix_tokens": self.prefix_tokens,
-            "downstream_agents": list(self.downstream_agents),
-            "segments": [[sid, n] for sid, n in self.segments],
-        }
-        if self.ready_time is not None:
-            p["ready_time"] = self.ready_time
-        if self.template_spec is not None:
-            p["template_spec"] = dict(self.template_spec)
-        return p
-
-    @classmethod
-    def from_payload(cls, p: Mapping[str, Any]) -> "WorkflowHint":
-        if not isinstance(p, Mapping):
-            raise HintError(f"{CUSTOM_PARAMS_KEY} payload must be an object, got {type(p).__name__}")
-        missing = [k for k in ("task_id", "node", "agent", "task_arrival", "prefix_tokens") if k not in p]
-        if missing:
-            raise HintError(f"{CUSTOM_PARAMS_KEY} payload lacks {', '.join(missing)}")
-        try:
-            hint = cls(
-                task_id=int(p["task_id"]),
-                node=str(p["node"]),
-                stage=str(p.get("stage") or p["node"]),
-                agent=str(p["agent"]),
-                template=str(p.get("template") or ""),
-                task_arrival=float(p["task_arrival"]),
-                prefix_tokens=int(p["prefix_tokens"]),
-                ready_time=None if p.get("ready_time") is None else float(p["ready_time"]),
-                downstream_agents=tuple(str(a) for a in p.get("downstream_agents") or ()),
-                segments=tuple((str(sid), int(n)) for sid, n in p.get("segments") or ()),
-                template_spec=p.get("template_spec"),
-            )
-        except (TypeError, ValueError) as e:
-            raise HintError(f"{CUSTOM_PARAMS_KEY} payload: {e}") from None
-        if hint.prefix_tokens < 0:
-            raise HintError(f"{CUSTOM_PARAMS_KEY} payload: negative prefix_tokens {hint.prefix_tokens}")
-        return hint
-
-
-def kv_hints_envelope(hint: WorkflowHint, message_id: str | None = None) -> dict[str, Any]:
-    """The JSON `kv_hints` field of a /generate request carrying `hint`."""
-    mid = message_id or uuid.uuid4().hex
-    return {
-        "protocol_version": KV_HINTS_PROTOCOL_VERSION,
-        "message_id": mid,
-        "actions": [
-            {
-                "action_id": f"{mid}:0",
-                "action_type": ACTION_TYPE,
-                "action_version": ACTION_VERSION,
-                "payload": hint.to_payload(),
-            }
-        ],
-    }
-
-
-CONTROL_ACTION_TYPE = "topas.control"
-CONTROL_ACTION_VERSION = "v1"
-
-
-def control_envelope(policy: str, params: Mapping[str, Any] | None = None, message_id: str | None = None) -> dict[str, Any]:
-    """`kv_hints` of a control request that switches the plugin's policy (a fresh
-    instance: learned estimates and pins are dropped). Lets one server serve several
-    policies in turn (tests, sweeps where a model takes minutes to load)."""
-    mid = message_id or uuid.uuid4().hex
-    return {
-        "protocol_version": KV_HINTS_PROTOCOL_VERSION,
-        "message_id": mid,
-        "actions": [
-            {
-                "action_id": f"{mid}:0",
-                "action_type": CONTROL_ACTION_TYPE,
-                "action_version": CONTROL_ACTION_VERSION,
-                "payload": {"policy": policy, "params": dict(params or {})},
-            }
-        ],
-    }
-
-
-def control_from_req(req: Any) -> tuple[str, dict[str, Any]] | None:
-    """(policy name, params) of a `topas.control/v1` request, or None."""
-    env = getattr(req, "kv_hints", None)
-    for action in (_get(env, "actions") or ()) if env is not None else ():
-        if _get(action, "action_type") == CONTROL_ACTION_TYPE and _get(action, "action_version") == CONTROL_ACTION_VERSION:
-            p = _get(action, "payload") or {}
-            name = p.get("policy") if isinstance(p, Mapping) else None
-            if not isinstance(name, str) or not name:
-                raise HintError(f"{CONTROL_ACTION_TYPE}/{CONTROL_ACTION_VERSION} payload needs a policy name")
-            params = p.get("params") or {}
-            if not isinstance(params, Mapping):
-                raise HintError(f"{CONTROL_ACTION_TYPE}/{CONTROL_ACTION_VERSION} params must be an object")
-            return name, dict(params)
-    return None
-
-
-def custom_params_fallback(hint: WorkflowHint) -> dict[str, str]:
-    """`sampling_params.custom_params` entries carrying `hint` (fallback channel)."""
-    return {CUSTOM_PARAMS_KEY: json.dumps(hint.to_payload(), separators=(",", ":"))}
-
-
-def _get(obj: Any, name: str) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
-def hint_from_req(req: Any) -> WorkflowHint | None:
-    """The workflow hint of an SGLang `Req` (kv_hints first, custom_params second), or None.
-    Raises HintError on a present but malformed payload."""
-    env = getattr(req, "kv_hints", None)
-    if env is not None:
-        for action in _get(env, "actions") or ():
-            if _get(action, "action_type") == ACTION_TYPE and _get(action, "action_version") == ACTION_VERSION:
-                return WorkflowHint.from_payload(_get(action, "payload") or {})
-    sp = getattr(req, "sampling_params", None)
-    cp = getattr(sp, "custom_params", None) if sp is not None else None
-    if isinstance(cp, Mapping) and CUSTOM_PARAMS_KEY in cp:
-        raw = cp[CUSTOM_PARAMS_KEY]
-        try:
-            payload = json.loads(raw) if isinstance(raw, str) else raw
-        except json.JSONDecodeError as e:
-            raise HintError(f"custom_params[{CUSTOM_PARAMS_KEY!r}] is not JSON: {e}") from None
-        return WorkflowHint.from_payload(payload)
-    return None
-
-
-# ----------------------------------------------------------------------------------------------
-# Templates travel as JSON (hint payload or a file named by TOPAS_TEMPLATES)
-# ----------------------------------------------------------------------------------------------
-
-
-def template_to_json(t: WorkflowTemplate) -> dict[str, Any]:
-    return {
-        "name": t.name,
-        "agents": {a.name: a.prefix_tokens for a in t.agents.values()},
-        "stages": [
-            {"id": s.id, "agent": s.agent, "deps": list(s.deps), "expected_count": s.expected_count}
-            for s in (t.stages[k] for k in t.topo_order)
-        ],
-    }
-
-
-def template_from_json(d: Mapping[str, Any]) -> WorkflowTemplate:
-    agents = {name: Agent(name, int(n)) for name, n in d["agents"].items()}
-    stages = {
-        s["id"]: TemplateStage(s["id"], s["agent"], tuple(s.get("deps", ())), float(s.get("expected_count", 1.0)))
-        for s in d["stages"]
-    }
-    return WorkflowTemplate(d["name"], agents, stages)
-
-
-# ----------------------------------------------------------------------------------------------
-# Read-only and pinning access to SGLang's prefix caches
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class PinHandle:
-    """A lock held on the radix node that ends exactly at an agent prefix."""
-
-    tokens: int
-    lock: Any  # sglang TreeLock
-
-
-class CacheProbe:
-    """Queries and pins on `UnifiedRadixCache` (what the 0.5.23 server builds) or the
-    legacy `RadixCache`, without importing either at module level.
-
-    - `device_match` is read-only (no LRU touch, no split): for the unified cache it is
-      `tree_core.match_full_device_prefix` (Python and Rust tree cores); for the legacy
-      cache a walk over `root_node.children`.
-    - `host_match` uses `match_prefix` (it touches LRU and may split a node) and only
-      when a host tier (HiCache) is attached; otherwise 0.
-    - `pin` splits the node at the prefix boundary if needed (via `match_prefix`) and
-      takes `cache.lock(node)` (= `inc_lock_ref`; `unpin` = `unlock` = `dec_lock_ref`),
-      the same lock a running request holds on its matched prefix.
-    """
-
-    def __init__(self, cache: Any) -> None:
-        self.cache = cache
-        self.unified = hasattr(cache, "tree_core")
-        self.page_size = int(getattr(cache, "page_size", 1) or 1)
-
-    def key(self, ids: Sequence[int], extra_key: str | None = None, cache_salt: str | None = None) -> Any:
-        from sglang.srt.mem_cache.radix_cache import RadixKey
-
-        tok = ids if isinstance(ids, array) and ids.typecode == "q" else array("q", ids)
-        return RadixKey(tok, extra_key=extra_key, cache_salt=cache_salt)
-
-    @property
-    def disabled(self) -> bool:
-        return bool(getattr(self.cache, "disable", False))
-
-    @property
-    def has_host_tier(self) -> bool:
-        return getattr(self.cache, "cache_controller", None) is not None
-
-    def device_match(self, key: Any) -> tuple[int, Any, int]:
-        """(device-resident matched tokens, deepest matched node, tokens spanned by the
-        path to that node). The last differs from the first when the match ends inside a node."""
-        if self.disabled:
-            return 0, None, 0
-        if self.unified:
-            n, node, span = self.cache.tree_core.match_full_device_prefix(key)
-            return int(n), node, int(span)
-        ps = self.page_size
-        node = self.cache.root_node
-        k = key.page_aligned(ps)
-        matched = span = 0
-        while len(k) > 0:
-            child = node.children.get(k.child_key(ps))
-            if child is None or child.value is None:
-                break
-            n = child.key.match(k, page_size=ps)
-            if n == 0:
-                break
-            matched += n
-            span += len(child.key)
-            node = child
-            if n < len(child.key):
-                break
-            k = k[n:]
-        return matched, node, span
-
-    def device_tokens(self, ids: Sequence[int], extra_key: str | None = None, cache_salt: str | None = None) -> int:
-        if not ids:
-            return 0
-        return self.device_match(self.key(ids, extra_key, cache_salt))[0]
-
-    def host_tokens(self, ids: Sequence[int], extra_key: str | None = None, cache_salt: str | None = None) -> int:
-        """Tokens beyond the device match that are resident on the host tier (0 without one)."""
-        if not ids or not self.has_host_tier or self.disabled:
-            return 0
-        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
-
-        r = self.cache.match_prefix(MatchPrefixParams(key=self.key(ids, extra_key, cache_salt)))
-        return int(getattr(r, "host_hit_length", 0) or 0)
-
-    def pin(self, ids: Sequence[int]) -> PinHandle | None:
-        """Lock the device-resident path of `ids` (an agent prefix). None if the prefix is
-        not fully on device (nothing to pin; a policy wanting it resident must let a
-        request of that agent run, or a host tier load it back)."""
-        target = len(ids) // self.page_size * self.page_size
-        if target == 0 or self.disabled:
-            return None
-        key = self.key(ids[:target])
-        n, node, span = self.device_match(key)
-        if n < target:
-            return None
-        if span > n:  # the node runs past the prefix: split it at the boundary first
-            from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
-
-            self.cache.match_prefix(MatchPrefixParams(key=key))
-            n, node, span = self.device_match(key)
-            if n < target:
-                return None
-        return PinHandle(tokens=n, lock=self.cache.lock(node))
-
-    def unpin(self, handle: PinHandle) -> None:
-        self.cache.unlock(handle.lock)
-
-    def evictable_tokens(self) -> int:
-        return int(self.cache.evictable_size()) if not self.disabled else 0
-
+from topas.workflow import WorkflowTemplate
 
 # ----------------------------------------------------------------------------------------------
 # SGLang state -> SchedulerView
@@ -571,3 +251,29 @@ def pin_changes(current: Iterable[str], wanted: frozenset[str] | None, offload: 
         return set(), current
     release = set(offload) | set(drop)
     return set(wanted) - current - release, (current - set(wanted)) | (current & release)
+
+
+def release_running(scheduler: Any, batch: Any, rids: Iterable[str]) -> list[Any]:
+    """Release the running requests named by `rids` and put them back into the waiting
+    queue (generated tokens kept; their KV is recomputed), mirroring
+    `PrefillAdder.preempt_to_schedule`. The chunked request and beam groups are never
+    released. Returns the released `Req`s."""
+    want = set(rids)
+    chunked = getattr(scheduler, "chunked_req", None)
+    reqs = list(batch.reqs)
+    victims = [
+        i for i, r in enumerate(reqs)
+        if str(r.rid) in want and not r.finished() and r is not chunked and getattr(r, "beam_group", None) is None
+    ]
+    if not victims:
+        return []
+    keep = [i for i in range(len(reqs)) if i not in set(victims)]
+    released = []
+    for n, i in enumerate(victims):
+        batch.release_req(i, len(reqs) - n - 1)
+        released.append(reqs[i])
+    batch.filter_batch(keep_indices=keep)
+    batch.batch_is_full = False
+    for r in released:
+        scheduler._add_request_to_queue(r, is_retracted=True)
+    return released

@@ -68,8 +68,13 @@ def kv_bytes_per_token(model_config: Any) -> int | None:
         return None
 
 
-def load_cost_model(spec: str | Mapping[str, Any] | None = None, model_config: Any = None) -> LinearCostModel:
-    """Cost model from a JSON object / JSON file path / mapping (unknown keys: one-line error)."""
+def load_cost_model(spec: str | Mapping[str, Any] | None = None, model_config: Any = None) -> Any:
+    """Cost model from a JSON object / JSON file path / mapping (unknown keys: one-line error).
+
+    `LinearCostModel` fields, or `{"latency_profile": <file>}` (+ optional `bytes_per_token`,
+    `swap_bandwidth_bytes_per_s`, `swap_latency_s`): the policy then sees the measured
+    profile's predictions (`LatencyCostModel` over `topas.engines.latency.profile`), exactly
+    what a simulator run with `backend.latency=profile` on that file hands its policies."""
     spec = os.environ.get(ENV_COST_MODEL) if spec is None else spec
     values: dict[str, Any] = {}
     if isinstance(spec, Mapping):
@@ -80,12 +85,31 @@ def load_cost_model(spec: str | Mapping[str, Any] | None = None, model_config: A
             with open(text, encoding="utf-8") as f:
                 text = f.read()
         values = json.loads(text)
-    known = {f.name for f in dataclasses.fields(LinearCostModel)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"{ENV_COST_MODEL}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     if "bytes_per_token" not in values and model_config is not None:
         mu = kv_bytes_per_token(model_config)
         if mu:
             values["bytes_per_token"] = mu
+    if "latency_profile" in values:
+        return _profile_cost_model(values)
+    known = {f.name for f in dataclasses.fields(LinearCostModel)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{ENV_COST_MODEL}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     return LinearCostModel(**values)
+
+
+def _profile_cost_model(values: dict[str, Any]) -> Any:
+    from topas.engines.latency.costs import LatencyCostModel
+    from topas.engines.latency.profile import ProfileLatency
+
+    known = {"latency_profile", "bytes_per_token", "swap_bandwidth_bytes_per_s", "swap_latency_s"}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{ENV_COST_MODEL}: with latency_profile, unknown key(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(sorted(known))}")
+    return LatencyCostModel(
+        latency=ProfileLatency.from_file(values["latency_profile"]),
+        bytes_per_token=int(values.get("bytes_per_token", LinearCostModel.bytes_per_token)),
+        link_gbs=float(values.get("swap_bandwidth_bytes_per_s", LinearCostModel.swap_bandwidth_bytes_per_s)) / 1e9,
+        link_latency_s=float(values.get("swap_latency_s", LinearCostModel.swap_latency_s)),
+    )

@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from topas.engines.sglang.adapter import (
+from topas.engines.sglang.hints import (
     WorkflowHint,
     custom_params_fallback,
     kv_hints_envelope,

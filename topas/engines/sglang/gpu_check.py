@@ -3,6 +3,7 @@
     python -m topas.engines.sglang.gpu_check                  # on a GPU machine (pip install -e .[sglang])
     python -m topas.engines.sglang.gpu_check --device cpu     # dry run of the plumbing on CPU (tiny model)
     bash scripts/gpu_check.sh [args]                          # the same, with preflight checks and a hard timeout
+    python -m topas.engines.sglang.gpu_check --fidelity       # the fidelity validation (topas.fidelity) on this GPU
 
 Sized for a 10-minute window on one GPU: Qwen2.5-7B with dummy weights (config.json from
 topas/engines/latency/models/), 16 DAG-4 tasks at 0.5 tasks/s, FCFS. Steps:
@@ -15,6 +16,14 @@ topas/engines/latency/models/), 16 DAG-4 tasks at 0.5 tasks/s, FCFS. Steps:
    batch size, throughput and makespan of both, and the ratio real / sim; writes
    <out>/comparison.json. Exit status 0 when both runs finished (the ratio is reported,
    not judged), 2 on a usage/config error, 1 when a run failed.
+
+`--fidelity` runs the simulator-fidelity validation of issue 7 instead (`topas.fidelity`, the
+same as `make fidelity` on CPU) with the real model architecture (dummy weights): a latency
+profile of a server like the runs' (`topas.engines.sglang.profile`, GPU grid), then dag4 with
+FCFS and TOPAS on the real server and on the simulator configured like it, one repeat each,
+a KV pool of `--max-total-tokens` (default 30000 in this mode: prefix-cache pressure, as the
+paper's regime); table and figure under <out>/fidelity/. Sized for the 10-minute window: two
+server starts (profile, runs), ~2 min of profiling, two replays of 16 tasks.
 """
 
 from __future__ import annotations
@@ -66,6 +75,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-total-tokens", type=int, default=None,
                     help="cap the server's KV pool (tokens), e.g. 22035 for the paper's Qwen2.5-32B/A100 regime")
     ap.add_argument("--extra-args", default="", help="more sglang server args, space-separated")
+    ap.add_argument("--fidelity", action="store_true", help="run the fidelity validation (topas.fidelity) instead")
+    ap.add_argument("--schedulers", default="fcfs,topas", help="with --fidelity: the policies compared")
     a = ap.parse_args(argv)
     if a.model is None:
         a.model = "tiny_cpu" if a.device == "cpu" else "qwen2_5_7b"
@@ -142,8 +153,34 @@ def _say(msg: str) -> None:
     print(f"[gpu_check {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def fidelity_args(a: argparse.Namespace, gpu: str) -> list[str]:
+    """`python -m topas.fidelity` arguments of the GPU check's fidelity mode."""
+    out = Path(a.out).resolve() / "fidelity"
+    args = ["--device", a.device, "--model", a.model, "--gpu", gpu, "--workloads", a.workload,
+            "--schedulers", a.schedulers, "--repeats", "1", "--num-tasks", str(a.num_tasks), "--seed", str(a.seed),
+            "--runs", str(out / "runs"), "--out", str(out)]
+    pool = a.max_total_tokens or (30000 if a.device == "gpu" else None)
+    if pool:
+        args += ["--max-total-tokens", str(pool)]
+    if a.extra_args.strip():
+        args += ["--extra-args", a.extra_args]
+    if a.device == "cpu":
+        args += ["--profile-grid", "quick"]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.fidelity:
+        from topas.fidelity.__main__ import main as fidelity_main
+
+        try:
+            gpu = a.gpu if a.gpu != "auto" else ("a100_80gb" if a.device == "cpu" else detect_gpu())
+        except CheckError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        _say(f"fidelity validation on {a.device} ({a.model}, {gpu}): profile, then real and simulated replays")
+        return fidelity_main(fidelity_args(a, gpu))
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -166,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         g = validate(wcfg)
         trace = build_trace(g["workload"], a.seed)
         model = load_model_spec(wcfg.model)
-        from topas.engines.sglang.backend import CPU_DEFAULT_POOL, SGLangBackendConfig, resolve_token_scale
+        from topas.engines.sglang.backend_config import CPU_DEFAULT_POOL, SGLangBackendConfig, resolve_token_scale
         from topas.engines.sglang.scaling import scale_trace
 
         scale = a.token_scale if a.token_scale is not None else (

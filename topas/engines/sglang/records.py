@@ -6,7 +6,7 @@ Sources, all on the replay clock (seconds after the driver's `t0_wall`):
 - the plugin's decision log (`decisions.jsonl`): `admitted` (admission times),
   `preempted` (policy preemptions), `decision` (wall time of `policy.schedule`,
   resident agent prefixes), `start` (KV pool size, max running requests, KV bytes/token);
-- the plugin's iteration log (`iterations.jsonl`, `plugin.IterationLog`): one row per
+- the plugin's iteration log (`iterations.jsonl`, `iteration_log.IterationLog`): one row per
   prefill iteration or decode stretch (the timeline) and first-token times.
 
 Column semantics where the real engine differs from the simulator:
@@ -27,9 +27,7 @@ Column semantics where the real engine differs from the simulator:
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
@@ -38,22 +36,6 @@ from topas.results import TIMELINE_COLUMNS, RunRecord, mark_warmup
 from topas.workflow import Trace
 
 NAN = float("nan")
-
-
-def read_jsonl(path: str | Path | None) -> list[dict[str, Any]]:
-    """Records of a JSONL file (missing file: none; a torn last line is skipped)."""
-    if path is None or not Path(path).exists():
-        return []
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
 
 
 def _num(x: Any) -> float:

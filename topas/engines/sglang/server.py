@@ -10,7 +10,7 @@
   --attention-backend torch_native --sampling-backend pytorch --grammar-backend none
   --disable-cuda-graph --disable-overlap-schedule`. `profile="gpu"`: SGLang's own defaults.
 - The policy selection reaches the scheduler process through the environment
-  (`TOPAS_POLICY`, `TOPAS_POLICY_PARAMS`, ... see plugin.py); no policy = plain SGLang.
+  (`TOPAS_POLICY`, `TOPAS_POLICY_PARAMS`, ... see plugin.py and plugin_env.py); no policy = plain SGLang.
 - The server runs in its own process group (session); `stop()` terminates the whole
   group (SIGTERM, then SIGKILL after a grace period) plus any descendant that left it,
   and is called on every exit path of the context manager (exceptions, Ctrl-C) and at
@@ -24,7 +24,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -35,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from topas.engines.sglang import plugin as _plugin
+from topas.engines.sglang import plugin_env as _env
+from topas.engines.sglang.processes import descendants, die_with_parent, stop_process_group
 
 TINY_CPU_MODEL = Path(__file__).resolve().parent / "models" / "tiny_cpu"
 
@@ -95,7 +95,7 @@ class ServerConfig:
     policy_params: Mapping[str, Any] | None = None
     policy_modules: Sequence[str] = ()
     decision_log: str | os.PathLike | None = None
-    iteration_log: str | os.PathLike | None = None  # per-iteration timeline (plugin.IterationLog)
+    iteration_log: str | os.PathLike | None = None  # per-iteration timeline (iteration_log.IterationLog)
     templates_file: str | os.PathLike | None = None
     cost_model: Mapping[str, Any] | None = None
     decision_trigger: str = "change"  # "change" | "pass" (plugin.py)
@@ -143,21 +143,21 @@ class ServerConfig:
             env.update(CPU_ENV)
         env.setdefault("PYTHONUNBUFFERED", "1")
         if self.policy:
-            env[_plugin.ENV_POLICY] = self.policy
-            env[_plugin.ENV_PARAMS] = json.dumps(dict(self.policy_params or {}))
+            env[_env.ENV_POLICY] = self.policy
+            env[_env.ENV_PARAMS] = json.dumps(dict(self.policy_params or {}))
             if self.policy_modules:
-                env[_plugin.ENV_MODULES] = ",".join(str(m) for m in self.policy_modules)
+                env[_env.ENV_MODULES] = ",".join(str(m) for m in self.policy_modules)
             if self.decision_log:
-                env[_plugin.ENV_DECISION_LOG] = str(Path(self.decision_log).resolve())
-            if self.iteration_log:
-                env[_plugin.ENV_ITERATION_LOG] = str(Path(self.iteration_log).resolve())
+                env[_env.ENV_DECISION_LOG] = str(Path(self.decision_log).resolve())
             if self.templates_file:
-                env[_plugin.ENV_TEMPLATES] = str(Path(self.templates_file).resolve())
-            env[_plugin.ENV_TRIGGER] = self.decision_trigger
+                env[_env.ENV_TEMPLATES] = str(Path(self.templates_file).resolve())
+            env[_env.ENV_TRIGGER] = self.decision_trigger
             if self.cost_model:
                 from topas.engines.sglang.costs import ENV_COST_MODEL
 
                 env[ENV_COST_MODEL] = json.dumps(dict(self.cost_model))
+        if self.iteration_log:  # also without a policy: a plain server's timeline (profiling)
+            env[_env.ENV_ITERATION_LOG] = str(Path(self.iteration_log).resolve())
         env.update(self.env)
         return env
 
@@ -242,7 +242,7 @@ class SGLangServer:
             env=cfg.environment(),
             cwd=str(cfg.cwd) if cfg.cwd else None,
             start_new_session=True,  # own process group: stop() takes every child with it
-            preexec_fn=_die_with_parent,  # and if this process is killed outright, the launcher is told
+            preexec_fn=die_with_parent,  # and if this process is killed outright, the launcher is told
         )
         if not self._atexit_registered:
             atexit.register(self.stop)
@@ -303,7 +303,7 @@ class SGLangServer:
         """Switch the plugin to a fresh instance of policy `name` through a one-token control
         request (`topas.control/v1`). Needs a server started with a policy (plugin active).
         With a decision log configured, waits until the plugin confirms the switch."""
-        from topas.engines.sglang.adapter import control_envelope
+        from topas.engines.sglang.hints import control_envelope
 
         if not self.config.policy:
             raise SGLangServerError("set_policy needs a server started with a policy (the plugin is inactive)")
@@ -341,29 +341,13 @@ class SGLangServer:
         """The server's process and all its descendants (empty once stopped)."""
         if self.proc is None:
             return []
-        return [self.proc.pid] + _descendants(self.proc.pid)
+        return [self.proc.pid] + descendants(self.proc.pid)
 
     def stop(self) -> None:
         proc = self.proc
         if proc is None:
             return
-        pgid = proc.pid  # start_new_session: the group id is the leader's pid
-        family = {pid: _start_time(pid) for pid in [proc.pid] + _descendants(proc.pid)}
-        if proc.poll() is None:
-            _signal_group(pgid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=self.config.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                pass
-        _signal_group(pgid, signal.SIGKILL)
-        for pid, started in family.items():  # children that left the group (setsid)
-            if started is not None and _start_time(pid) == started:  # same process, not a reused pid
-                _kill(pid)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        _wait_gone(list(family), timeout=10)
+        stop_process_group(proc, self.config.stop_timeout_s)
         self.proc = None
         if self._log_file is not None:
             self._log_file.close()
@@ -377,93 +361,3 @@ class SGLangServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-
-
-# ----------------------------------------------------------------------------------------------
-# Process helpers (Linux /proc; no psutil needed)
-# ----------------------------------------------------------------------------------------------
-
-
-def _die_with_parent() -> None:
-    """In the server's launcher process (before exec): SIGTERM when the process that started it
-    dies, even by SIGKILL (Linux PR_SET_PDEATHSIG; SGLang's launcher then stops its own
-    children). Without it a killed runner would leave a server holding the GPU. No-op elsewhere."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    except Exception:  # noqa: BLE001 - not Linux: stop() and atexit still apply
-        pass
-
-
-def _children_map() -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode("utf-8", "replace")
-        except OSError:
-            continue
-        # pid (comm) state ppid ...; comm may contain spaces and parentheses
-        rest = stat[stat.rfind(")") + 2 :].split()
-        if len(rest) >= 2:
-            out.setdefault(int(rest[1]), []).append(int(entry))
-    return out
-
-
-def _descendants(pid: int) -> list[int]:
-    if not os.path.isdir("/proc"):
-        return []
-    children = _children_map()
-    out, stack = [], [pid]
-    while stack:
-        for c in children.get(stack.pop(), []):
-            out.append(c)
-            stack.append(c)
-    return out
-
-
-def _start_time(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("utf-8", "replace")
-        return int(stat[stat.rfind(")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().decode("utf-8", "replace")
-        return state[state.rfind(")") + 2 :].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _wait_gone(pids: Sequence[int], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
-        time.sleep(0.1)
-
-
-def processes_alive(pids: Sequence[int]) -> list[int]:
-    """The subset of `pids` still running (not zombies)."""
-    return [p for p in pids if _pid_alive(p)]

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     with SGLangServer(cfg) as srv:
         result = measure(srv)
         pids = srv.pids()
-    from topas.engines.sglang.server import processes_alive
+    from topas.engines.sglang.processes import processes_alive
 
     result["processes_left_after_stop"] = len(processes_alive(pids))
     text = json.dumps(result, indent=2)

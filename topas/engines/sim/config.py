@@ -2,9 +2,48 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
 
 from topas.engines.latency.costs import transfer_seconds
+
+
+@dataclass(frozen=True)
+class ClientPath:
+    """The client <-> scheduler path of a real server (its client, HTTP, tokenizer manager,
+    detokenizer), seconds; all zero by default (the engine alone). A call the client releases
+    reaches the waiting queue `submit` later; a finished call reaches the client `return_`
+    later (its recorded finish, its task's finish, the release of its successors); the client
+    prepares and sends one call at a time, so calls due at the same moment leave `dispatch`
+    apart, which decides which of them share a prefill batch and which find an earlier one's
+    prefix cached. Submit and dispatch grow with the prompt (ids encoded, sent, parsed)."""
+
+    submit: float = 0.0
+    submit_per_token: float = 0.0
+    return_: float = 0.0
+    dispatch: float = 0.0
+    dispatch_per_token: float = 0.0
+
+    KEYS = ("submit", "submit_per_token", "return", "dispatch", "dispatch_per_token")
+
+    def __post_init__(self) -> None:
+        if min(getattr(self, f.name) for f in fields(self)) < 0:
+            raise ValueError(f"engine.client: every term must be >= 0, got {self}")
+
+    @classmethod
+    def from_mapping(cls, m: Mapping[str, Any] | None) -> "ClientPath":
+        """From the keys of a latency profile's `request_latency_s` (unknown keys: an error)."""
+        m = dict(m or {})
+        unknown = sorted(set(m) - set(cls.KEYS))
+        if unknown:
+            raise ValueError(f"client latency: unknown key(s) {unknown}; known: {list(cls.KEYS)}")
+        return cls(**{("return_" if k == "return" else k): float(v) for k, v in m.items()})
+
+    def submit_s(self, prompt_tokens: int) -> float:
+        return self.submit + self.submit_per_token * prompt_tokens
+
+    def dispatch_s(self, prompt_tokens: int) -> float:
+        return self.dispatch + self.dispatch_per_token * prompt_tokens
 
 
 @dataclass(frozen=True)
@@ -29,6 +68,7 @@ class SimEngineConfig:
     # Matching the waiting queue at a decision refreshes LRU times (SGLang's cache-aware path).
     touch_waiting_prefixes: bool = True
     decision_cost_s: float = 0.0  # simulated seconds charged per policy decision (default off: DESIGN.md section 9)
+    client: ClientPath = field(default_factory=ClientPath)  # a real server's client path (off: the engine alone)
 
     def __post_init__(self) -> None:
         for name in ("kv_pool_tokens", "max_running_requests", "chunked_prefill_size", "max_prefill_tokens"):

@@ -78,6 +78,7 @@ class SimEngine:
         self._decision: Decision | None = None
         self._dirty = True
         self._pending_transfer_s = 0.0
+        self._client_free = float("-inf")  # when the client can send its next call
         self.tasks_done = 0
         for t in trace.tasks:
             self._push(t.arrival, _ARRIVAL, t)
@@ -100,8 +101,8 @@ class SimEngine:
                     if ts.pending_deps[n] == 0:
                         self._issue(ts, n, t)
             else:
-                ts, node_id = payload  # type: ignore[misc]
-                req = make_request(ts, node_id, t, self.cfg.ignore_eos, self.cfg.max_new_tokens_cap)
+                ts, node_id, released = payload  # type: ignore[misc]
+                req = make_request(ts, node_id, released, self.cfg.ignore_eos, self.cfg.max_new_tokens_cap)
                 self.requests.append(req)
                 self.waiting.append(req)
                 ts.waiting.add(req.rid)
@@ -109,7 +110,14 @@ class SimEngine:
                 self.policy.on_event(RequestReady(t, req.info()))
 
     def _issue(self, ts: TaskState, node_id: str, t: float) -> None:
-        self._push(t + ts.task.workflow.nodes[node_id].gap_s, _READY, (ts, node_id))
+        """The client releases the call after its gap (its ready time), once it has sent the
+        calls released before it (`ClientPath.dispatch`); it enters the queue `submit` later."""
+        client = self.cfg.client
+        released = t + ts.task.workflow.nodes[node_id].gap_s
+        prompt = ts.task.workflow.prompt_tokens(node_id)
+        released = max(released, self._client_free)
+        self._client_free = released + client.dispatch_s(prompt)
+        self._push(released + client.submit_s(prompt), _READY, (ts, node_id, released))
 
     # ------------------------------------------------------------------ main loop
     def run(self, progress: Callable[[int], None] | None = None) -> None:
@@ -347,19 +355,20 @@ class SimEngine:
             self.cache.unlock(r.lock_node)
             r.lock_node = None
         r.state = ReqState.FINISHED
-        r.finish_time = self.now
+        seen = self.now + self.cfg.client.return_  # when the client has the answer
+        r.finish_time = seen
         ts = r.task
         ts.running.discard(r.rid)
         ts.finished_nodes.append(r.node)
         ts.stage_done[r.stage] += 1
         if ts.done:
-            ts.finish_time = self.now
+            ts.finish_time = seen
             self.tasks_done += 1
         else:
             for child in ts.task.workflow.children[r.node]:
                 ts.pending_deps[child] -= 1
                 if ts.pending_deps[child] == 0:
-                    self._issue(ts, child, self.now)
+                    self._issue(ts, child, seen)
         self._dirty = True
         self.policy.on_event(
             RequestFinished(self.now, r.info(), r.generated, self.now - (r.admitted_time or self.now), ts.done)

@@ -1,0 +1,148 @@
+"""The fidelity report: a Markdown table (printed and saved), the full numbers as JSON, and
+a figure of simulated vs real JCT per task (scatter with the y = x line).
+
+Columns of the main table, per (workload, policy): real mean JCT (mean over the repeats)
+and run-to-run noise of the real server (max - min) / mean over the repeats; the
+simulator's relative error (sim - real) / real on the profile as measured ("profile") and
+on the profile scaled to each run's machine speed ("scaled", calibrate.py); the same for
+p99 JCT; the scaled errors of mean TTFT, mean request latency, cached tokens and mean
+decode batch size; retractions real / sim; the machine speed factor during the runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+from topas.fidelity.metrics import METRICS, task_jct
+
+GOAL = {"jct_mean": 0.10, "jct_p99": 0.20}
+
+
+def _pct(x: float | None, signed: bool = True) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:+.1%}" if signed else f"{x:.1%}"
+
+
+def _mark(err: float | None, key: str) -> str:
+    """The error, bold when it misses the goal."""
+    txt = _pct(err)
+    if key in GOAL and err is not None and not math.isnan(err) and abs(err) > GOAL[key]:
+        return f"**{txt}**"
+    return txt
+
+
+def main_table(result: Mapping[str, Any]) -> str:
+    head = ("| workload | policy | JCT mean real (s) | noise | err profile | err scaled | JCT p99 real (s) | noise | "
+            "err profile | err scaled | TTFT mean err | req. latency mean err | cached tokens err | "
+            "retractions real / sim | batch size err | machine speed |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for c in result["cells"]:
+        m = c["metrics"]
+        f = [x["decode"] for x in c.get("speed_factors", [])]
+        speed = f"x{min(f):.2f}-{max(f):.2f}" if f else "n/a"
+        lines.append(
+            f"| {c['workload']} | {c['scheduler']} | {m['jct_mean']['real']:.3f} | {_pct(m['jct_mean']['noise'], False)} | "
+            f"{_mark(m['jct_mean']['err'], 'jct_mean')} | {_mark(m['jct_mean'].get('err_scaled'), 'jct_mean')} | "
+            f"{m['jct_p99']['real']:.3f} | {_pct(m['jct_p99']['noise'], False)} | {_mark(m['jct_p99']['err'], 'jct_p99')} | "
+            f"{_mark(m['jct_p99'].get('err_scaled'), 'jct_p99')} | {_pct(m['ttft_mean'].get('err_scaled'))} | "
+            f"{_pct(m['e2e_mean'].get('err_scaled'))} | {_pct(m['cached_tokens'].get('err_scaled'))} | "
+            f"{m['retractions']['real']:.1f} / {m['retractions'].get('sim_scaled', m['retractions']['sim']):.1f} | "
+            f"{_pct(m['mean_batch_size'].get('err_scaled'))} | {speed} |"
+        )
+    return "\n".join(lines)
+
+
+def detail_table(cell: Mapping[str, Any]) -> str:
+    lines = ["| metric | real | noise | sim (profile) | err | sim (scaled) | err |", "|---|---|---|---|---|---|---|"]
+    for key, label, _ in METRICS:
+        r = cell["metrics"][key]
+        lines.append(f"| {label} | {r['real']:.4g} | {_pct(r['noise'], False)} | {r['sim']:.4g} | {_pct(r['err'])} | "
+                     f"{r.get('sim_scaled', math.nan):.4g} | {_pct(r.get('err_scaled'))} |")
+    return "\n".join(lines)
+
+
+def settings_text(result: Mapping[str, Any]) -> str:
+    st = result["settings"]
+    srv = st.get("server", {})
+    trip = st.get("request_latency_s") or {}
+    cells = result["cells"]
+    wl = sorted({(c["workload"], c["token_scale"], c["num_tasks"], c["arrival_rate"]) for c in cells})
+    return "\n".join([
+        f"- real server: SGLang {srv.get('sglang_version')} on {st.get('device')} ({st.get('model')}), KV pool "
+        f"{srv.get('kv_pool_tokens')} tokens, chunked prefill {srv.get('chunked_prefill_size')}, max prefill tokens "
+        f"{srv.get('max_prefill_tokens')}, max running requests {srv.get('max_running_requests')}; one server for all "
+        f"real runs, {st.get('repeats')} repeat(s) per cell (repeat-major order)",
+        "- workloads: " + "; ".join(f"{w} (token scale {s:g}, {n} tasks, {r:g} tasks/s, seed {st.get('seed')})"
+                                    for w, s, n, r in wl),
+        f"- profile: `{st.get('profile')}` (measured in {st.get('profile_s')} s); client path: submit "
+        f"{1e3 * (trip.get('submit') or 0):.2f} ms + {1e6 * (trip.get('submit_per_token') or 0):.2f} us/token, return "
+        f"{1e3 * (trip.get('return') or 0):.2f} ms, dispatch {1e3 * (trip.get('dispatch') or 0):.2f} ms + "
+        f"{1e6 * (trip.get('dispatch_per_token') or 0):.2f} us/token; "
+        f"batched prefill shares {1e3 * (st.get('prefill_batch_shared_s') or 0):.2f} ms per extra request",
+        f"- total wall time {st.get('total_s')} s",
+    ])
+
+
+def jct_figure(result: Mapping[str, Any], path: Path) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = result["cells"]
+    if not cells:
+        return None
+    workloads = list(dict.fromkeys(c["workload"] for c in cells))
+    policies = list(dict.fromkeys(c["scheduler"] for c in cells))
+    colors = {p: plt.get_cmap("tab10")(i) for i, p in enumerate(policies)}
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.6 * len(workloads), 4.4), squeeze=False)
+    for ax, w in zip(axes[0], workloads):
+        hi = 0.0
+        for c in (c for c in cells if c["workload"] == w):
+            for k, rd in enumerate(c["real_dirs"]):
+                real = task_jct(rd)
+                if c.get("sim_scaled_dirs"):
+                    sim = task_jct(c["sim_scaled_dirs"][k]).reindex(real.index)
+                    ax.scatter(real, sim, s=14, alpha=0.7, color=colors[c["scheduler"]],
+                               label=f"{c['scheduler']} (scaled)" if k == 0 else None)
+                raw = task_jct(c["sim_dir"]).reindex(real.index)
+                ax.scatter(real, raw, s=14, marker="x", alpha=0.35, color=colors[c["scheduler"]],
+                           label=f"{c['scheduler']} (profile)" if k == 0 else None)
+                hi = max(hi, float(real.max()), float(raw.max()))
+        ax.plot([0, hi * 1.05], [0, hi * 1.05], color="black", lw=1, label="y = x")
+        ax.set_xlim(0, hi * 1.05)
+        ax.set_ylim(0, hi * 1.05)
+        ax.set_title(f"{w}: JCT per task")
+        ax.set_xlabel("real SGLang server (s)")
+        ax.set_ylabel("simulator (s)")
+        ax.legend(fontsize=7, loc="upper left")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(result: Mapping[str, Any], out: Path) -> dict[str, Path]:
+    """fidelity.md, fidelity.json, fidelity_jct.png under `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    fig = jct_figure(result, out / "fidelity_jct.png")
+    md = ["# Simulator fidelity: the real SGLang server vs the simulator on identical traces", "",
+          "Generated by `python -m topas.fidelity` (`make fidelity`). Errors are (sim - real) / real; "
+          "**bold** misses the goal (mean JCT 10%, p99 JCT 20%). *noise*: run-to-run variation of the real "
+          "server over the repeats, (max - min) / mean. *err profile*: the simulator on the latency profile as "
+          "measured; *err scaled*: on the profile scaled to the machine speed measured in each real run "
+          "(mean of the paired errors; topas/fidelity/calibrate.py). *machine speed*: that scale for decode steps.",
+          "", main_table(result), "", "## Setup", "", settings_text(result), ""]
+    if fig is not None:
+        md += [f"![JCT per task, simulator vs real]({fig.name})", ""]
+    md += ["## Every metric, per cell", ""]
+    for c in result["cells"]:
+        md += [f"### {c['workload']} / {c['scheduler']}", "", detail_table(c), ""]
+    (out / "fidelity.md").write_text("\n".join(md))
+    (out / "fidelity.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    return {"md": out / "fidelity.md", "json": out / "fidelity.json", "figure": fig}
