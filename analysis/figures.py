@@ -105,6 +105,7 @@ def timeline(df: pd.DataFrame, out: Path, workload: str, baseline: str, seed: in
 
 
 def overhead(df: pd.DataFrame, out: Path) -> Path | None:
+    df = df[df["scheduler"] == "topas"]
     if df.empty:
         return None
     df = df.assign(point=[f"{r:.3g} task/s" for r in df["arrival_rate"]])

@@ -63,12 +63,15 @@ def paired_change(df: pd.DataFrame, workload: str, metric: str, a: str, b: str) 
     return float(rel.mean()), ci95(rel), len(seeds)
 
 
-def reduction_rows(df: pd.DataFrame, claims: dict[str, Any], target: str = "topas") -> pd.DataFrame:
+def reduction_rows(df: pd.DataFrame, claims: dict[str, Any], target: str = "topas", experiment: str = "main") -> pd.DataFrame:
+    """Claims of kind reduction/increase whose source experiment is `experiment` (runs in `df`)."""
     rows = []
     sets = {"paper set": claims["paper_baselines"], "full set": claims["paper_baselines"] + claims["extra_baselines"]}
     for c in claims["claims"]:
-        if c["kind"] not in ("reduction", "increase"):
+        if c["kind"] not in ("reduction", "increase") or c.get("experiment", "main") != experiment:
             continue
+        if "arrival_rate" in c and len(df):
+            df = df[np.isclose(df["arrival_rate"].astype(float), c["arrival_rate"])]
         for set_name, baselines in sets.items():
             best = best_baseline(df, c["workload"], c["metric"], baselines)
             if best is None or target not in set(df[df["workload"] == c["workload"]]["scheduler"]):

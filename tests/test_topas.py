@@ -118,14 +118,19 @@ def test_preempts_only_when_gain_exceeds_redo_and_revoke():
     assert dear.admit == [] and dear.preempt == []
 
 
-@settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 100_000))
-def test_enumeration_is_optimal_local_search_is_a_local_optimum_and_both_respect_the_budget(seed):
+def _small_pool(seed):
     rng = random.Random(seed)
     agents = [ag(f"a{i}", rng.randint(500, 4000), forced=(i == 0 and rng.random() < 0.5), on_gpu=rng.random() < 0.5,
                  move_in=rng.uniform(0, 3), reuse_n=rng.randint(0, 2), reload_s=rng.uniform(0, 1)) for i in range(3)]
     waiting = {f"r{j}": (f"a{rng.randrange(3)}", j, rng.randint(100, 4000), rng.uniform(0, 5)) for j in range(5)}
-    p = problem(agents, waiting, budget=rng.randint(3000, 15000))
+    return problem(agents, waiting, budget=rng.randint(3000, 15000))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 100_000))
+def test_enumeration_is_optimal_local_search_is_a_local_optimum_and_both_respect_the_budget(seed):
+    p = _small_pool(seed)
+    agents = list(p.agents.values())
     exact, local = search(p, max_enumerate=10), search(p, max_enumerate=0)
     for plan in (exact, local):
         forced_only = plan.resident == frozenset(a.name for a in agents if a.forced)
@@ -140,6 +145,14 @@ def test_enumeration_is_optimal_local_search_is_a_local_optimum_and_both_respect
     for r in neighbours:
         if feasible(p, r):
             assert greedy_pack(p, r).score <= local.score + 1e-9
+
+
+def test_local_search_finds_the_enumerated_optimum_on_almost_every_small_pool():
+    """Measured: 2 misses in 3,000 pools of 3 agents (seed 11106 is one: from {a0}, reaching
+    {a1, a2} takes a drop and two adds at once). The policy enumerates pools of up to M = 6
+    free agents, so it is exact there; the local search serves larger pools."""
+    misses = [s for s in range(400) if search(_small_pool(s), 0).score < search(_small_pool(s), 10).score - 1e-9]
+    assert len(misses) <= 2, misses
 
 
 # ---------------------------------------------------------------- the policy
