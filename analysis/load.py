@@ -34,6 +34,19 @@ def load_runs(root: str | Path = ROOT / "runs", experiment: str | None = None) -
     return df
 
 
+def load_failures(root: str | Path = ROOT / "runs", experiments: set[str] | None = None) -> pd.DataFrame:
+    """Runs a sweep recorded as failed (`error.txt`, topas/sweep.py): experiment folder, the run
+    folder below it and the error's last line. Their points are missing from `load_runs`."""
+    rows = []
+    for err in sorted(Path(root).glob("**/error.txt")):
+        rel = err.parent.relative_to(root)
+        if experiments is not None and rel.parts[0] not in experiments:
+            continue
+        lines = [ln for ln in err.read_text().splitlines() if ln.strip()]
+        rows.append({"experiment": rel.parts[0], "run": "/".join(rel.parts[1:]), "error": lines[-1] if lines else ""})
+    return pd.DataFrame(rows, columns=["experiment", "run", "error"])
+
+
 def load_tasks(run_dir: str | Path) -> pd.DataFrame:
     return pd.read_parquet(Path(run_dir) / "tasks.parquet")
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis import figures as F
 from analysis import tables as T
-from analysis.load import ROOT, load_runs
+from analysis.load import ROOT, load_failures, load_runs
 
 EXPERIMENTS = ("main", "load_sweep", "kv_budget", "ablation", "overhead", "motivation")
 
@@ -118,7 +118,16 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
             if best:
                 figs.append(F.timeline(runs["main"], out, w, best))
     figs = [p for p in figs if p]
+    failed = load_failures(runs_root or ROOT / "runs", set(names.values()))
+    if not failed.empty:
+        _write(out, "failed_runs", failed, "Runs that failed (missing from every table and figure)",
+               "Recorded by the sweep in the run folder's error.txt; the error's last line.")
+    else:
+        for ext in ("md", "tex"):
+            (out / f"failed_runs.{ext}").unlink(missing_ok=True)
     print_summary(verdicts)
+    if not failed.empty:
+        print(f"{len(failed)} run(s) failed and are left out: {out / 'failed_runs.md'}")
     print("figures: " + ", ".join(p.name for p in figs))
     if wandb_mode:
         log_to_wandb(out, figs, verdicts, wandb_mode, name=f"report-{names['main']}")
