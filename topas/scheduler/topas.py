@@ -314,13 +314,14 @@ class Topas(Policy):
             agents[a] = AgentOption(a, ps.tokens, a in forced, res == Residency.GPU, move_in, reuse_n.get(a, 0), costs.swap_time(ps.tokens))
         running_kv = sum(self._kv(r) for r in view.running)
         swap_per_token = costs.swap_time(10_000) / 10_000
+        scored = [r for rs in waiting_by_task.values() for r in rs]  # only these can be admitted or blocked
         return Problem(
             budget=view.kv_capacity_tokens,
             base_tokens=running_kv,
             agents=agents,
-            request_agent={r.rid: r.agent for r in view.waiting},
-            request_task={r.rid: r.task_id for r in view.waiting},
-            request_tokens={r.rid: self._kv(r) for r in view.waiting},
+            request_agent={r.rid: r.agent for r in scored},
+            request_task={r.rid: r.task_id for r in scored},
+            request_tokens={r.rid: self._kv(r) for r in scored},
             task_agents={t: frozenset(r.agent for r in rs if r.agent in agents) for t, rs in waiting_by_task.items()},
             chain=chain,
             swap_s_per_token=swap_per_token,
