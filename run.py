@@ -62,11 +62,11 @@ def main(cfg: DictConfig) -> None:
     from hydra.types import RunMode
 
     from topas.results import is_complete
-    from topas.runner import run
+    from topas.runner import fingerprint_of, run
 
     sweeping = HydraConfig.get().mode == RunMode.MULTIRUN
-    if sweeping and is_complete(cfg.out_dir):
-        print(f"complete, skipped: {cfg.out_dir}")  # a resumed sweep runs only what is missing
+    if sweeping and is_complete(cfg.out_dir, fingerprint_of(cfg)):
+        print(f"complete, skipped: {cfg.out_dir}")  # a resumed sweep runs only what is missing (same code and config)
         return
     try:
         run(cfg)

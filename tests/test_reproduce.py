@@ -33,6 +33,26 @@ def test_killed_sweep_resumes_only_the_missing_runs(tmp_path):
     assert all(s.stat().st_mtime_ns == t for s, t in before.items())
 
 
+def test_a_run_made_by_other_code_or_config_is_run_again(tmp_path):
+    import json
+
+    from topas.results import is_complete
+
+    assert sweep(tmp_path).returncode == 0
+    summaries = sorted((tmp_path / "sweep").glob("**/summary.json"))
+    stale = summaries[0]
+    s = json.loads(stale.read_text())
+    assert is_complete(stale.parent, s["fingerprint"]) and not is_complete(stale.parent, "0" * 16)
+    s["fingerprint"] = "left-by-old-code"
+    stale.write_text(json.dumps(s))
+    p = sweep(tmp_path)
+    assert p.returncode == 0 and p.stdout.count("complete, skipped") == 3
+    assert json.loads(stale.read_text())["fingerprint"] != "left-by-old-code"
+    # a config change that keeps the folder path (here the warm-up fraction) re-runs every point
+    p = sweep(tmp_path, "workload.warmup_fraction=0.2")
+    assert p.returncode == 0 and p.stdout.count("complete, skipped") == 0
+
+
 def test_a_failed_point_is_recorded_and_does_not_stop_the_sweep(tmp_path):
     # a KV pool smaller than one prompt (8,448 tokens) stalls the engine: those points fail
     p = sweep(tmp_path, "backend.kv_pool_tokens=5000,100000", "run_subdir=${workload.name}/kv${backend.kv_pool_tokens}/seed${seed}")

@@ -132,9 +132,18 @@ def write_run(out_dir: str | Path, rec: RunRecord, summary: dict[str, Any], conf
     return out
 
 
-def is_complete(out_dir: str | Path) -> bool:
+def is_complete(out_dir: str | Path, fingerprint: str | None = None) -> bool:
+    """All outputs written (summary.json last); with `fingerprint` (topas/provenance.py), also
+    made by the same code and config."""
     out = Path(out_dir)
-    return all((out / f).exists() for f in OUTPUT_FILES)
+    if not all((out / f).exists() for f in OUTPUT_FILES):
+        return False
+    if fingerprint is None:
+        return True
+    try:
+        return json.loads((out / "summary.json").read_text()).get("fingerprint") == fingerprint
+    except (OSError, ValueError):
+        return False
 
 
 def format_summary(summary: dict[str, Any]) -> str:

@@ -112,6 +112,13 @@ def arrival_rate_for(w, model: ModelSpec, gpu: GpuSpec) -> float | None:
         raise ConfigError(str(e).splitlines()[0]) from None
 
 
+def fingerprint_of(cfg: DictConfig) -> str:
+    """The run's code + config fingerprint (a sweep re-runs a folder whose fingerprint differs)."""
+    from topas.provenance import run_fingerprint
+
+    return run_fingerprint(OmegaConf.to_container(cfg, resolve=True))
+
+
 def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False) -> tuple[Path, dict[str, Any]]:
     """Execute one configured run and write its folder. Returns (folder, summary)."""
     groups = validate(cfg)
@@ -147,6 +154,7 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False)
         model=model.name,
         gpu=gpu.name,
     )
+    summary["fingerprint"] = fingerprint_of(cfg)
     summary = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in summary.items()}
     write_run(out, record, summary, OmegaConf.to_yaml(cfg, resolve=True))
     if groups["logger"].kind == "wandb":

@@ -33,14 +33,14 @@ def compose_config(overrides: Sequence[str]):
 def run_point(overrides: Sequence[str]) -> dict[str, Any]:
     """Run one point unless complete; returns its summary (or an error record)."""
     from topas.results import is_complete
-    from topas.runner import run
+    from topas.runner import fingerprint_of, run
 
     try:
         cfg = compose_config(["logger=none", "progress=false", *overrides])
     except Exception as e:  # noqa: BLE001 - report as a failed point (exceptions may not pickle)
         return {"out_dir": "", "status": "failed", "error": str(e).splitlines()[0] if str(e) else type(e).__name__}
     out = Path(cfg.out_dir)
-    if is_complete(out):
+    if is_complete(out, fingerprint_of(cfg)):
         return {**json.loads((out / "summary.json").read_text()), "out_dir": str(out), "status": "cached"}
     try:
         _, summary = run(cfg, quiet=True)
