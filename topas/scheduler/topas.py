@@ -44,7 +44,7 @@ def _two_digits(x: float) -> float:
 @dataclass(frozen=True)
 class TopasParams:
     beta: float = 1.0  # V_reuse weight
-    rho: float = 4.0  # aging strength (tuned, conf/scheduler/topas.yaml)
+    rho: float = 16.0  # aging strength (tuned, conf/scheduler/topas.yaml)
     h_age: float = 60.0  # aging time scale (s)
     M: int = 6  # enumerate all prefix subsets when the free agent pool is at most M
     K: int = 64  # at most K admits + preempts per decision
