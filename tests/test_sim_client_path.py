@@ -87,6 +87,18 @@ def test_calls_due_together_are_released_one_dispatch_interval_apart():
     assert firsts == pytest.approx([0.0, step, 2 * step])
 
 
+def test_a_call_released_later_does_not_hold_back_one_released_earlier():
+    """The serial client sends in release order, not in the order the calls became due."""
+    from dataclasses import replace
+
+    wf = chain_workflow()
+    late = replace(wf, nodes={**wf.nodes, "a": replace(wf.nodes["a"], gap_s=5.0)})
+    trace = make_trace([late, chain_workflow()], [0.0, 1.0])
+    eng = run_sim(trace, client=ClientPath(dispatch=0.001))
+    ready = {(r.task.task.task_id, r.node): r.ready_time for r in eng.requests}
+    assert ready[(1, "a")] == pytest.approx(1.0) and ready[(0, "a")] == pytest.approx(5.0)
+
+
 def test_submit_grows_with_the_prompt():
     trace = make_trace([chain_workflow()], [0.0])
     eng = run_sim(trace, client=ClientPath(submit=0.001, submit_per_token=1e-6))

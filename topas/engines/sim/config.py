@@ -39,6 +39,15 @@ class ClientPath:
             raise ValueError(f"client latency: unknown key(s) {unknown}; known: {list(cls.KEYS)}")
         return cls(**{("return_" if k == "return" else k): float(v) for k, v in m.items()})
 
+    @property
+    def serial(self) -> bool:
+        """The client sends one call at a time (a dispatch term is set)."""
+        return self.dispatch > 0 or self.dispatch_per_token > 0
+
+    @property
+    def per_token(self) -> bool:
+        return self.submit_per_token > 0 or self.dispatch_per_token > 0
+
     def submit_s(self, prompt_tokens: int) -> float:
         return self.submit + self.submit_per_token * prompt_tokens
 

@@ -33,7 +33,7 @@ from topas.engines.sim.view import build_view
 from topas.policy import Decision, Policy, RequestFinished, RequestReady, TaskArrived
 from topas.workflow import Trace
 
-_ARRIVAL, _READY = 0, 1
+_ARRIVAL, _READY, _RELEASE = 0, 1, 2
 
 
 class EngineStall(RuntimeError):
@@ -100,6 +100,11 @@ class SimEngine:
                 for n in ts.task.workflow.topo_order:
                     if ts.pending_deps[n] == 0:
                         self._issue(ts, n, t)
+            elif kind == _RELEASE:
+                ts, node_id = payload  # type: ignore[misc]
+                sent = max(t, self._client_free)  # one call at a time, in release order
+                self._client_free = sent + self.cfg.client.dispatch_s(self._prompt(ts, node_id))
+                self._submit(ts, node_id, sent)
             else:
                 ts, node_id, released = payload  # type: ignore[misc]
                 req = make_request(ts, node_id, released, self.cfg.ignore_eos, self.cfg.max_new_tokens_cap)
@@ -110,14 +115,20 @@ class SimEngine:
                 self.policy.on_event(RequestReady(t, req.info()))
 
     def _issue(self, ts: TaskState, node_id: str, t: float) -> None:
-        """The client releases the call after its gap (its ready time), once it has sent the
-        calls released before it (`ClientPath.dispatch`); it enters the queue `submit` later."""
-        client = self.cfg.client
+        """The client releases the call after its gap (its ready time); a serial client
+        (`ClientPath.dispatch`) sends the calls released before it first."""
         released = t + ts.task.workflow.nodes[node_id].gap_s
-        prompt = ts.task.workflow.prompt_tokens(node_id)
-        released = max(released, self._client_free)
-        self._client_free = released + client.dispatch_s(prompt)
-        self._push(released + client.submit_s(prompt), _READY, (ts, node_id, released))
+        if self.cfg.client.serial:
+            self._push(released, _RELEASE, (ts, node_id))
+        else:
+            self._submit(ts, node_id, released)
+
+    def _submit(self, ts: TaskState, node_id: str, released: float) -> None:
+        """The released call enters the waiting queue `ClientPath.submit` later."""
+        self._push(released + self.cfg.client.submit_s(self._prompt(ts, node_id)), _READY, (ts, node_id, released))
+
+    def _prompt(self, ts: TaskState, node_id: str) -> int:
+        return ts.task.workflow.prompt_tokens(node_id) if self.cfg.client.per_token else 0
 
     # ------------------------------------------------------------------ main loop
     def run(self, progress: Callable[[int], None] | None = None) -> None:
