@@ -79,7 +79,7 @@ class _LRU(OrderedDict):
 
 @register_policy("topas")
 class Topas(Policy):
-    """Full TOPAS. Ablations are subclasses that change parameter defaults (below)."""
+    """Full TOPAS. Ablations are subclasses that change parameter defaults (ablations.py)."""
 
     Params = TopasParams
 
@@ -388,27 +388,3 @@ class _Context:
     running_by_task: dict
     wait_s: float
     step_s: float
-
-
-@register_policy("topas_base")
-class TopasBase(Topas):
-    """Ablation: no reuse value, no aging (the paper's TOPAS-base)."""
-
-    @dataclass(frozen=True)
-    class Params(TopasParams):
-        use_reuse: bool = False
-        use_aging: bool = False
-
-
-@register_policy("topas_no_reuse")
-class TopasNoReuse(Topas):
-    @dataclass(frozen=True)
-    class Params(TopasParams):
-        use_reuse: bool = False
-
-
-@register_policy("topas_no_aging")
-class TopasNoAging(Topas):
-    @dataclass(frozen=True)
-    class Params(TopasParams):
-        use_aging: bool = False

@@ -46,10 +46,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
-import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -57,7 +55,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from topas.engines.latency.profile import FORMAT
-from topas.engines.sglang.driver import segment_token_ids
+from topas.engines.sglang.profile_io import Client, IterationTail, ProfileRunError, median_or_none, server_facts
 
 
 @dataclass(frozen=True)
@@ -78,92 +76,6 @@ GRIDS = {
     "gpu": Grid((128, 1024, 4096, 8192), (0, 4096, 16384), (1, 8, 32, 128, 256), (512, 2048, 8192), 32, 3),
     "quick": Grid((16, 256, 1024), (0, 512), (1, 4, 16), (64, 512), 12, 1),
 }
-
-
-class ProfileRunError(RuntimeError):
-    pass
-
-
-class IterationTail:
-    """Reads the records appended to an iteration log since the last call."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.offset = self.path.stat().st_size if self.path.exists() else 0
-
-    def new(self, settle_s: float = 0.03) -> list[dict[str, Any]]:
-        time.sleep(settle_s)  # the scheduler writes the record just before the answer leaves
-        if not self.path.exists():
-            return []
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read()
-        end = data.rfind(b"\n") + 1
-        self.offset += end
-        return [json.loads(x) for x in data[:end].splitlines() if x.strip()]
-
-
-class Client:
-    def __init__(self, base_url: str, vocab_size: int, timeout_s: float = 600.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.vocab = vocab_size
-        self.timeout_s = timeout_s
-        self.tag = uuid.uuid4().hex[:8]
-        self.n = 0
-
-    def fresh(self, n: int) -> list[int]:
-        self.n += 1
-        return segment_token_ids(f"profile:{self.tag}:{self.n}", n, self.vocab).tolist()
-
-    def generate(self, ids: Sequence[int], max_new: int) -> tuple[str, float, float]:
-        """(rid, send time, answer time), wall clock."""
-        self.n += 1
-        rid = f"topas-profile-{self.tag}-{self.n}"
-        body = {"rid": rid, "input_ids": list(ids),
-                "sampling_params": {"max_new_tokens": int(max_new), "ignore_eos": True, "temperature": 0.0}}
-        req = urllib.request.Request(f"{self.base_url}/generate", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        t0 = time.time()
-        with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-            r.read()
-        return rid, t0, time.time()
-
-    def get(self, path: str) -> Any:
-        with urllib.request.urlopen(f"{self.base_url}{path}", timeout=60) as r:
-            return json.loads(r.read())
-
-
-def server_facts(client: Client, context_len: int | None) -> dict[str, Any]:
-    """Settings of the running server the simulator must copy (from /get_server_info)."""
-    info = client.get("/get_server_info")
-    state = (info.get("internal_states") or [{}])[0]
-    mem = state.get("memory_usage") or {}
-    pool = mem.get("token_capacity") or info.get("max_total_tokens")
-    model_path = info.get("model_path")
-    if context_len is None:
-        context_len = info.get("context_length")
-    if context_len is None and model_path:
-        try:
-            context_len = json.loads((Path(model_path) / "config.json").read_text())["max_position_embeddings"]
-        except (OSError, ValueError, KeyError):
-            context_len = None
-    return {
-        "sglang_version": info.get("version"),
-        "model_path": model_path,
-        "device": info.get("device"),
-        "kv_pool_tokens": int(pool) if pool else None,
-        "chunked_prefill_size": info.get("chunked_prefill_size"),
-        "max_prefill_tokens": info.get("max_prefill_tokens"),
-        "max_running_requests": state.get("effective_max_running_requests_per_dp") or info.get("max_running_requests"),
-        "page_size": info.get("page_size"),
-        "context_len": int(context_len) if context_len else None,
-        "disable_overlap_schedule": info.get("disable_overlap_schedule"),
-        "schedule_conservativeness": info.get("schedule_conservativeness"),
-    }
-
-
-def _median(xs: Sequence[float]) -> float | None:
-    return float(statistics.median(xs)) if xs else None
 
 
 def _line(points: Sequence[tuple[float, float | None]]) -> tuple[float, float]:
@@ -198,7 +110,7 @@ def measure_round_trip(client: Client, tail: IterationTail, calls: int = 16,
     for prompt in prompts:
         burst, _ = replay(prompt, [0.0] * calls, "burst")
         ready = sorted(c["ready"] for c in burst)
-        dispatch.append((prompt + 8, _median([b - a for a, b in zip(ready, ready[1:])])))
+        dispatch.append((prompt + 8, median_or_none([b - a for a, b in zip(ready, ready[1:])])))
         tail.new(0.0)
         recs, meta = replay(prompt, [0.05 * i for i in range(calls)], "rt")
         by_rid = {rid: r for r in tail.new() if r["kind"] == "prefill" for rid in r.get("first", ())}
@@ -209,11 +121,11 @@ def measure_round_trip(client: Client, tail: IterationTail, calls: int = 16,
                 continue
             sub.append(it["start"] - (meta["t0_wall"] + c["ready"]))
             back.append(meta["t0_wall"] + c["finish"] - (it["start"] + it["duration"]))
-        submit.append((prompt + 8, _median(sub)))
+        submit.append((prompt + 8, median_or_none(sub)))
         ret += back
     s0, s1 = _line(submit)
     d0, d1 = _line(dispatch)
-    return {"submit": s0, "submit_per_token": s1, "return": max(_median(ret) or 0.0, 0.0),
+    return {"submit": s0, "submit_per_token": s1, "return": max(median_or_none(ret) or 0.0, 0.0),
             "dispatch": d0, "dispatch_per_token": d1}
 
 
@@ -230,7 +142,7 @@ def _cells_by_rounds(cells: Sequence[tuple], sample, repeats: int) -> dict[tuple
 
 
 def _table(rows: Sequence[int], cols: Sequence[int], got: dict[tuple, list[float]]) -> list[list[float | None]]:
-    return [[_median(got[(r, c)]) if (r, c) in got else None for c in cols] for r in rows]
+    return [[median_or_none(got[(r, c)]) if (r, c) in got else None for c in cols] for r in rows]
 
 
 def measure_prefill(client: Client, tail: IterationTail, grid: Grid, limit: int, say) -> tuple[list, list]:
@@ -318,7 +230,7 @@ def batch_shared_seconds(batched: list[dict], single) -> float:
         n = r["batch"]
         alone = n * single([(max(r["extend"] // n, 1), r["prefix"] // n)])
         xs.append((alone - r["seconds"]) / (n - 1))
-    return max(_median(xs) or 0.0, 0.0)
+    return max(median_or_none(xs) or 0.0, 0.0)
 
 
 def measure(client: Client, iteration_log: str | Path, grid: Grid, context_len: int | None = None, say=print) -> dict:
