@@ -65,7 +65,8 @@ def mark_warmup(tasks: pd.DataFrame, warmup_fraction: float) -> pd.DataFrame:
     return tasks
 
 
-def _pct(x: np.ndarray, q: float) -> float:
+def percentile(x: np.ndarray, q: float) -> float:
+    """The q-th percentile (NaN for no values)."""
     return float(np.percentile(x, q)) if len(x) else float("nan")
 
 
@@ -84,9 +85,9 @@ def summarize(rec: RunRecord, sim_wall_s: float | None = None) -> dict[str, Any]
         "num_tasks": int(len(t)),
         "num_tasks_measured": int(len(steady)),
         "jct_mean": float(jct.mean()) if len(jct) else float("nan"),
-        "jct_p50": _pct(jct, 50),
-        "jct_p90": _pct(jct, 90),
-        "jct_p99": _pct(jct, 99),
+        "jct_p50": percentile(jct, 50),
+        "jct_p90": percentile(jct, 90),
+        "jct_p99": percentile(jct, 99),
         "jct_max": float(jct.max()) if len(jct) else float("nan"),
         "throughput_tasks_per_s": len(t) / span if span > 0 else float("nan"),
         "throughput_requests_per_s": len(r) / span if span > 0 else float("nan"),
@@ -97,7 +98,7 @@ def summarize(rec: RunRecord, sim_wall_s: float | None = None) -> dict[str, Any]
         "mean_batch_size": float((dec["batch_size"] * dec["steps"]).sum() / steps) if steps else 0.0,
         "decisions": int(len(dw)),
         "decision_ms_mean": float(dw.mean() * 1e3) if len(dw) else 0.0,
-        "decision_ms_p99": _pct(dw * 1e3, 99) if len(dw) else 0.0,
+        "decision_ms_p99": percentile(dw * 1e3, 99) if len(dw) else 0.0,
         "decision_overhead_fraction": float(dw.sum() / makespan) if len(dw) and makespan > 0 else 0.0,
     }
     out.update(rec.engine)

@@ -18,6 +18,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from topas.results import percentile
+
 # key, label, kind: "rel" = relative error reported; "abs" = counts compared side by side
 METRICS: tuple[tuple[str, str, str], ...] = (
     ("jct_mean", "JCT mean (s)", "rel"),
@@ -37,30 +39,28 @@ METRICS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _pct(x: np.ndarray, q: float) -> float:
-    return float(np.percentile(x, q)) if len(x) else math.nan
+def _num(x) -> float:
+    return math.nan if x is None else float(x)
 
 
 def run_metrics(folder: str | Path) -> dict[str, float]:
     """The compared metrics of one run folder."""
     out = Path(folder)
     summary = json.loads((out / "summary.json").read_text())
-    tasks = pd.read_parquet(out / "tasks.parquet")
     req = pd.read_parquet(out / "requests.parquet")
     tl = pd.read_parquet(out / "timeline.parquet")
-    steady = tasks[~tasks["warmup"]]["jct"].to_numpy(dtype=float)
     ttft = (req["first_token"] - req["ready"]).dropna().to_numpy(dtype=float)
     e2e = (req["finish"] - req["ready"]).to_numpy(dtype=float)
     dec, pre = tl[tl["kind"] == "decode"], tl[tl["kind"] == "prefill"]
     steps = float(dec["steps"].sum())
     return {
-        "jct_mean": float(steady.mean()) if len(steady) else math.nan,
-        "jct_p50": _pct(steady, 50),
-        "jct_p99": _pct(steady, 99),
+        "jct_mean": _num(summary.get("jct_mean")),  # steady tasks, as every summary (topas/results.py)
+        "jct_p50": _num(summary.get("jct_p50")),
+        "jct_p99": _num(summary.get("jct_p99")),
         "ttft_mean": float(ttft.mean()) if len(ttft) else math.nan,
-        "ttft_p99": _pct(ttft, 99),
+        "ttft_p99": percentile(ttft, 99),
         "e2e_mean": float(e2e.mean()) if len(e2e) else math.nan,
-        "e2e_p99": _pct(e2e, 99),
+        "e2e_p99": percentile(e2e, 99),
         "cached_tokens": float(req["prefix_hit_tokens"].sum() + req["host_hit_tokens"].sum()),
         "retractions": float(summary.get("retractions", 0) or 0),
         "policy_preemptions": float(summary.get("policy_preemptions", 0) or 0),
