@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from scipy.optimize import isotonic_regression
 
 from topas.engines.latency.base import ExtendItem, GpuSpec, LatencyModel, ModelSpec
 from topas.engines.latency.factory import register_latency_model
@@ -92,15 +93,8 @@ def _fill_missing(xs: np.ndarray, ys: np.ndarray, grid: np.ndarray, where: str) 
 
 
 def _pava(y: np.ndarray) -> np.ndarray:
-    """Least-squares non-decreasing fit of a sequence (pool adjacent violators)."""
-    blocks: list[list[float]] = []  # [sum, count]
-    for v in y:
-        blocks.append([float(v), 1.0])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            s, n = blocks.pop()
-            blocks[-1][0] += s
-            blocks[-1][1] += n
-    return np.concatenate([np.full(int(n), s / n) for s, n in blocks])
+    """Least-squares non-decreasing fit of a sequence (pool adjacent violators, scipy)."""
+    return isotonic_regression(y).x
 
 
 def monotone_grid(grid: np.ndarray, rounds: int = 100) -> np.ndarray:
