@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis import figures as F
 from analysis import tables as T
-from analysis.load import ROOT, load_failures, load_runs
+from analysis.load import ROOT, load_experiment
 
 EXPERIMENTS = ("main", "load_sweep", "kv_budget", "ablation", "overhead", "motivation")
 
@@ -27,12 +27,40 @@ def _write(out: Path, name: str, df: pd.DataFrame, title: str, note: str = "") -
     (out / f"{name}.tex").write_text(T.to_latex(df))
 
 
-def _main_tables(main: pd.DataFrame, out: Path) -> None:
+def _main_tables(main: pd.DataFrame, failed: pd.DataFrame, out: Path) -> None:
     tab = T.jct_table(main)
-    tab["workload"] = pd.Categorical(tab["workload"], [w for w in T.WORKLOAD_ORDER if w in set(tab["workload"])])
+    # a (workload, scheduler) with failed or missing runs says so: its row is over fewer seeds
+    lost = failed[failed["workload"].ne("")].groupby(["workload", "scheduler"]).size().rename("missing")
+    tab = tab.merge(lost.reset_index(), on=["workload", "scheduler"], how="outer")
+    tab["missing"] = tab["missing"].fillna(0).astype(int)
+    tab["seeds"] = tab["seeds"].fillna(0).astype(int)
+    tab["workload"] = pd.Categorical(tab["workload"], [w for w in T.WORKLOAD_ORDER if w in set(tab["workload"])]
+                                     + sorted(set(tab["workload"]) - set(T.WORKLOAD_ORDER)))
     tab = tab.sort_values(["workload", "jct_mean"])
-    _write(out, "main_jct", tab, "Mean / p99 JCT per workload and scheduler (s)",
-           "Mean over seeds; *_ci = 95% CI half-width. Loads: 0.7 x each workload's measured capacity.")
+    note = "Mean over seeds; *_ci = 95% CI half-width. Loads: 0.7 x each workload's measured capacity."
+    if tab["missing"].any():
+        note += " **Incomplete**: `missing` counts runs that failed or never finished (failed_runs.md)."
+    _write(out, "main_jct", tab, "Mean / p99 JCT per workload and scheduler (s)", note)
+
+
+JCT_FIGURES = ("jct_mean", "jct_p50", "jct_p90", "jct_p99", "jct_max")
+
+
+def _regeneration_sample(main: pd.DataFrame, out: Path) -> None:
+    """One committed run per scheduler (its smallest workload, lowest seed): the saved config
+    and its JCT figures, which tests/test_regeneration.py re-runs and compares exactly."""
+    import json
+
+    import yaml
+
+    sample = {}
+    order = {w: i for i, w in enumerate(T.WORKLOAD_ORDER)}
+    for sched, g in main.groupby("scheduler"):
+        r = g.assign(_w=g["workload"].map(order).fillna(99), _n=g["num_tasks"]).sort_values(["_n", "_w", "seed"]).iloc[0]
+        cfg = yaml.safe_load((Path(r["run_dir"]) / "config.yaml").read_text())
+        cfg = {k: v for k, v in cfg.items() if k not in ("out_dir", "run_subdir", "sweep_manifest")}  # paths of this checkout
+        sample[sched] = {"config": cfg, **{k: r[k] for k in JCT_FIGURES}}
+    (out / "regeneration_sample.json").write_text(json.dumps(sample, indent=1, sort_keys=True) + "\n")
 
 
 def _special_claims(runs: dict[str, pd.DataFrame], claims: dict[str, Any]) -> list[dict[str, Any]]:
@@ -78,16 +106,22 @@ def log_to_wandb(out: Path, figs: list[Path], verdicts: pd.DataFrame, mode: str,
 
 
 def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analysis" / "results", runs_root: Path | None = None,
-           wandb_mode: str | None = None) -> pd.DataFrame:
+           wandb_mode: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     names = names or {e: e for e in EXPERIMENTS}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    all_runs = load_runs(runs_root or ROOT / "runs")
+    root = runs_root or ROOT / "runs"
     empty = pd.DataFrame(columns=["experiment", "workload", "scheduler", "seed"])
-    runs = {e: (all_runs[all_runs["experiment"] == names[e]] if len(all_runs) else empty) for e in EXPERIMENTS}
+    runs, lost = {}, []
+    for e in EXPERIMENTS:
+        r, f = load_experiment(names[e], root)
+        runs[e] = r if len(r) else empty
+        lost.append(f)
+    failed = pd.concat(lost, ignore_index=True)
     claims = T.load_claims()
     if not runs["main"].empty:
-        _main_tables(runs["main"], out)
+        _main_tables(runs["main"], failed[failed["experiment"] == names["main"]], out)
+        _regeneration_sample(runs["main"], out)
         best = {T.best_baseline(runs["main"], w, "jct_mean", claims["paper_baselines"]) for w in set(runs["main"]["workload"])}
         _write(out, "breakdown", T.time_breakdown(runs["main"], sorted(best | {"topas", "fcfs"})),
                "Where the time goes: TOPAS vs the best baselines",
@@ -118,20 +152,21 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
             if best:
                 figs.append(F.timeline(runs["main"], out, w, best))
     figs = [p for p in figs if p]
-    failed = load_failures(runs_root or ROOT / "runs", set(names.values()))
     if not failed.empty:
-        _write(out, "failed_runs", failed, "Runs that failed (missing from every table and figure)",
-               "Recorded by the sweep in the run folder's error.txt; the error's last line.")
+        _write(out, "failed_runs", failed[["experiment", "job", "status", "error"]],
+               "Runs that failed or are missing (left out of every table and figure)",
+               "status: failed (the error's last line, from the run folder's error.txt), missing (never reported: "
+               "killed or aborted sweep), damaged (a file does not match its digest).")
     else:
         for ext in ("md", "tex"):
             (out / f"failed_runs.{ext}").unlink(missing_ok=True)
     print_summary(verdicts)
     if not failed.empty:
-        print(f"{len(failed)} run(s) failed and are left out: {out / 'failed_runs.md'}")
+        print(f"{len(failed)} run(s) failed or are missing and are left out: {out / 'failed_runs.md'}")
     print("figures: " + ", ".join(p.name for p in figs))
     if wandb_mode:
         log_to_wandb(out, figs, verdicts, wandb_mode, name=f"report-{names['main']}")
-    return verdicts
+    return verdicts, failed
 
 
 def print_summary(v: pd.DataFrame) -> None:
@@ -152,7 +187,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "analysis" / "results"))
     ap.add_argument("--wandb", choices=["offline", "online"], default=None, help="also log figures and claims to W&B")
     a = ap.parse_args()
-    report({e: e + a.suffix for e in EXPERIMENTS}, a.out, wandb_mode=a.wandb)
+    _, failed = report({e: e + a.suffix for e in EXPERIMENTS}, a.out, wandb_mode=a.wandb)
+    raise SystemExit(1 if len(failed) else 0)
 
 
 if __name__ == "__main__":

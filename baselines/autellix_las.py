@@ -49,6 +49,7 @@ from typing import Literal
 
 import networkx as nx
 
+from topas.checks import check_ranges
 from topas.policy import Decision, Policy, RequestFinished, RequestInfo, SchedulerView, register_policy
 from topas.policy.estimates import Prior, ServiceEstimator
 from topas.policy.events import Event
@@ -111,10 +112,8 @@ class AutellixLAS(Policy):
         def __post_init__(self) -> None:
             if self.mode not in ("atlas", "plas"):
                 raise ValueError(f"autellix_las: mode must be 'atlas' or 'plas', got {self.mode!r}")
-            if self.num_levels < 1 or self.first_quantum_s <= 0 or self.quantum_ratio < 1:
-                raise ValueError("autellix_las: need num_levels >= 1, first_quantum_s > 0, quantum_ratio >= 1")
-            if self.starvation_ratio <= 0 or self.max_preempt_per_decision < 0:
-                raise ValueError("autellix_las: need starvation_ratio > 0, max_preempt_per_decision >= 0")
+            check_ranges(self, num_levels=">= 1", first_quantum_s="> 0", quantum_ratio=">= 1", starvation_ratio="> 0",
+                         max_preempt_per_decision=">= 0")
 
     def __init__(self, params: Params | None = None) -> None:
         super().__init__(params)

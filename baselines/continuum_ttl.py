@@ -42,6 +42,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from baselines.kvflow import safe_pins
+from topas.checks import check_ranges
 from topas.policy import Decision, Policy, RequestFinished, RequestReady, SchedulerView, register_policy
 from topas.policy.estimates import Prior, ServiceEstimator
 from topas.policy.events import Event
@@ -89,8 +90,7 @@ class ContinuumTTL(Policy):
         stop_at_first_misfit: bool = True  # vLLM (Continuum's base) admission stops at the first misfit
 
         def __post_init__(self) -> None:
-            if not -1.0 <= self.eta <= 1.0 or self.prior_pause_s <= 0 or not 0.0 <= self.max_pin_fraction <= 1.0:
-                raise ValueError("continuum_ttl: need -1 <= eta <= 1, prior_pause_s > 0, 0 <= max_pin_fraction <= 1")
+            check_ranges(self, eta="in [-1, 1]", prior_pause_s="> 0", max_pin_fraction="in [0, 1]")
 
     def __init__(self, params: Params | None = None) -> None:
         super().__init__(params)

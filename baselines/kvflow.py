@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from topas.checks import check_ranges
 from topas.policy import Decision, Policy, RequestInfo, Residency, SchedulerView, register_policy
 from topas.policy.estimates import Prior, ServiceEstimator
 from topas.policy.events import Event
@@ -147,8 +148,7 @@ class KVFlow(Policy):
         stop_at_first_misfit: bool = True  # SGLang FCFS admission
 
         def __post_init__(self) -> None:
-            if self.lookahead < 0 or not 0.0 <= self.max_pin_fraction <= 1.0:
-                raise ValueError("kvflow: need lookahead >= 0 and 0 <= max_pin_fraction <= 1")
+            check_ranges(self, lookahead=">= 0", max_pin_fraction="in [0, 1]")
 
     def __init__(self, params: Params | None = None) -> None:
         super().__init__(params)

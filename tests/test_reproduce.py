@@ -60,13 +60,14 @@ def test_a_failed_point_is_recorded_and_does_not_stop_the_sweep(tmp_path):
     errors = list((tmp_path / "sweep").glob("**/error.txt"))
     assert len(errors) == 4 and all("kv5000" in str(e) for e in errors)  # 2 workloads x 2 seeds
     assert len(list((tmp_path / "sweep").glob("**/kv100000/**/summary.json"))) == 4
-    assert "EngineStall" in errors[0].read_text()
+    assert "KV pool" in errors[0].read_text()
     # the report says which runs are missing and why
     from analysis.load import load_failures
 
-    failed = load_failures(tmp_path)
+    failed = load_failures(tmp_path / "sweep", "sweep")
     assert len(failed) == 4 and set(failed["experiment"]) == {"sweep"}
-    assert all("kv5000" in r and "EngineStall" in e for r, e in zip(failed["run"], failed["error"]))
+    assert all("kv5000" in r and "KV pool" in e for r, e in zip(failed["run"], failed["error"]))
+    assert all(j.startswith("workload=") and "backend.kv_pool_tokens=5000" in j for j in failed["job"])
 
 
 def test_launcher_configs_compose():

@@ -43,15 +43,15 @@ def test_same_seed_same_tasks_table_through_the_runner(tmp_path):
 
 def test_out_dir_follows_the_protocol_layout():
     c = cfg("workload=chain3", "scheduler=lpm", "seed=3")
-    assert c.out_dir == "runs/default/chain3/lpm/rate0.1/seed3"
-    c = cfg("workload.load=0.5", "workload.arrival_rate=null")
-    assert c.out_dir.endswith("dag4/fcfs/load0.5/seed0")
+    assert c.out_dir.startswith("runs/default/chain3/lpm/rate0.1/seed3-")
+    c = cfg("workload.load=0.5")
+    assert "/dag4/fcfs/load0.5_rate" in c.out_dir and "/seed0-" in c.out_dir
 
 
 def test_load_is_a_fraction_of_measured_capacity(tmp_path):
     from topas.workloads import capacity_of
 
-    _, s = run(cfg("workload.load=0.5", "workload.arrival_rate=null"), out_dir=tmp_path / "r", quiet=True)
+    _, s = run(cfg("workload.load=0.5"), out_dir=tmp_path / "r", quiet=True)
     assert s["arrival_rate"] == pytest.approx(0.5 * capacity_of("dag4"))
 
 

@@ -16,11 +16,13 @@ timeline.parquet (one row per engine iteration or decode stretch)
     start, duration, kind (prefill|decode), steps, batch_size, tokens, kv_used_tokens,
     tree_tokens, evictable_tokens, host_tokens, resident_prefixes, waiting, running
 summary.json (written last: the completion marker)
-    see `summarize`.
+    see `summarize`; also the run's fingerprint (code + config) and `files`, the digest of
+    every other output, checked by `is_complete`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -109,42 +111,76 @@ def summarize(rec: RunRecord, sim_wall_s: float | None = None) -> dict[str, Any]
     return out
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write(path: Path, write) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
 def write_run(out_dir: str | Path, rec: RunRecord, summary: dict[str, Any], config_yaml: str) -> Path:
-    """Write every output atomically; summary.json last, as the completion marker."""
+    """Write every output atomically; summary.json last, as the completion marker, with the
+    digest of every file it covers (`is_complete` checks them)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").unlink(missing_ok=True)  # a rerun is incomplete until it finishes
+    clear_outcome(out)  # a rerun is incomplete until it finishes
     _atomic_write(out / "config.yaml", lambda p: Path(p).write_text(config_yaml))
     _atomic_write(out / "tasks.parquet", lambda p: rec.tasks.to_parquet(p, index=False))
     _atomic_write(out / "requests.parquet", lambda p: rec.requests.to_parquet(p, index=False))
     _atomic_write(out / "timeline.parquet", lambda p: rec.timeline.to_parquet(p, index=False))
+    summary = {**summary, "files": {f: file_digest(out / f) for f in OUTPUT_FILES if f != "summary.json"}}
     _atomic_write(out / "summary.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2, sort_keys=True)))
     return out
 
 
-def is_complete(out_dir: str | Path, fingerprint: str | None = None) -> bool:
-    """All outputs written (summary.json last); with `fingerprint` (topas/provenance.py), also
-    made by the same code and config."""
+def clear_outcome(out_dir: str | Path) -> None:
+    """Remove the completion marker and any recorded failure of an earlier attempt."""
+    for f in ("summary.json", "error.txt"):
+        (Path(out_dir) / f).unlink(missing_ok=True)
+
+
+def incomplete_reason(out_dir: str | Path, fingerprint: str | None = None) -> str | None:
+    """None if the folder holds a complete run (with `fingerprint`: made by the same code and
+    config); else why not, naming the file."""
     out = Path(out_dir)
-    if not all((out / f).exists() for f in OUTPUT_FILES):
-        return False
-    if fingerprint is None:
-        return True
     try:
-        return json.loads((out / "summary.json").read_text()).get("fingerprint") == fingerprint
-    except (OSError, ValueError):
-        return False
+        summary = json.loads((out / "summary.json").read_text())
+    except FileNotFoundError:
+        return f"{out / 'summary.json'} is missing"
+    except (OSError, ValueError) as e:
+        return f"{out / 'summary.json'} is unreadable ({type(e).__name__})"
+    if not isinstance(summary, dict):
+        return f"{out / 'summary.json'} is not a JSON object"
+    if fingerprint is not None and summary.get("fingerprint") != fingerprint:
+        return f"{out} was made by other code or another config"
+    for f, digest in (summary.get("files") or {f: None for f in OUTPUT_FILES if f != "summary.json"}).items():
+        path = out / f
+        if not path.is_file():
+            return f"{path} is missing"
+        if digest is not None and file_digest(path) != digest:
+            return f"{path} does not match its digest in summary.json (changed or corrupt)"
+    return None
+
+
+def is_complete(out_dir: str | Path, fingerprint: str | None = None) -> bool:
+    """All outputs written and intact (summary.json last, with their digests); with
+    `fingerprint` (topas/run_identity.py), also made by the same code and config."""
+    return incomplete_reason(out_dir, fingerprint) is None
 
 
 def format_summary(summary: dict[str, Any]) -> str:

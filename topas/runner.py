@@ -7,7 +7,9 @@ engine (tables, summary, atomic writes, W&B) is shared.
 from __future__ import annotations
 
 import importlib
+import logging
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -21,6 +23,8 @@ from topas.engines.latency.factory import build_latency_model, load_gpu_spec, lo
 from topas.policy import Policy, create_policy
 from topas.results import RunRecord, format_summary, summarize, write_run
 from topas.workflow import Trace
+
+log = logging.getLogger("topas")
 
 
 def sim_engine_config(b: SimBackendConfig, model: ModelSpec, gpu: GpuSpec, latency=None):
@@ -88,6 +92,15 @@ def run_sim(ctx: RunContext) -> tuple[RunRecord, float]:
     return sim_record(engine, ctx.warmup_fraction), engine.stats.wall_s
 
 
+def check_sim(plan: "RunPlan") -> None:
+    """A call that can never fit the simulated pool is a ConfigError before the run, not a stall."""
+    from topas.engines.sim.fit import check_engine_fits
+
+    check_engine_fits(plan.trace, sim_engine_config(plan.groups["backend"], plan.model, plan.gpu))
+
+
+# backend name -> checks of a prepared run before anything executes
+BACKEND_CHECKS: dict[str, Callable[["RunPlan"], None]] = {"sim": check_sim}
 # backend name -> "module:function" taking a RunContext, imported on use (a real engine is an optional install)
 BACKENDS: dict[str, str] = {"sim": "topas.runner:run_sim", "sglang": "topas.engines.sglang.backend:run_sglang"}
 
@@ -114,13 +127,29 @@ def arrival_rate_for(w, model: ModelSpec, gpu: GpuSpec) -> float | None:
 
 def fingerprint_of(cfg: DictConfig) -> str:
     """The run's code + config fingerprint (a sweep re-runs a folder whose fingerprint differs)."""
-    from topas.provenance import run_fingerprint
+    from topas.run_identity import run_fingerprint
 
-    return run_fingerprint(OmegaConf.to_container(cfg, resolve=True))
+    return run_fingerprint(_plain_config(cfg))
 
 
-def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False) -> tuple[Path, dict[str, Any]]:
-    """Execute one configured run and write its folder. Returns (folder, summary)."""
+def _plain_config(cfg: DictConfig) -> dict[str, Any]:
+    return {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "hydra"}
+
+
+@dataclass
+class RunPlan:
+    """A run, fully validated before anything executes."""
+
+    groups: dict[str, Any]  # validated group objects (topas.config.validate)
+    model: ModelSpec
+    gpu: GpuSpec
+    policy: Policy
+    arrival_rate: float | None
+    trace: Trace
+
+
+def prepare(cfg: DictConfig) -> RunPlan:
+    """Validate everything a run needs and build its trace; raises a one-line ValueError."""
     groups = validate(cfg)
     try:
         model = load_model_spec(cfg.model)
@@ -136,33 +165,58 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False)
     from topas.workloads import build_trace
 
     trace = build_trace(replace(w, arrival_rate=rate), int(cfg.seed))
+    plan = RunPlan(groups, model, gpu, policy, rate, trace)
+    BACKEND_CHECKS.get(groups["backend"].name, lambda _: None)(plan)
+    return plan
+
+
+def check_output_dir(out: Path) -> None:
+    """The run folder can be created and written (checked before a run, not after it)."""
+    p = out
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if out.exists() and not out.is_dir() or not p.is_dir():
+        raise ConfigError(f"output folder {out}: {p} is a file, not a folder")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise ConfigError(f"output folder {out}: {p} is not writable")
+
+
+def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False) -> tuple[Path, dict[str, Any]]:
+    """Execute one configured run and write its folder. Returns (folder, summary)."""
+    from topas.results import clear_outcome
+
+    plan = prepare(cfg)
     out = Path(out_dir if out_dir is not None else cfg.out_dir)
-    bar = tqdm(total=len(trace.tasks), desc=f"{sched.name}/{w.name}", unit="task", leave=False,
+    check_output_dir(out)
+    clear_outcome(out)  # a rerun is incomplete (and not failed) until it ends
+    sched, w = plan.groups["scheduler"], plan.groups["workload"]
+    bar = tqdm(total=len(plan.trace.tasks), desc=f"{sched.name}/{w.name}", unit="task", leave=False,
                disable=True if quiet or not cfg.progress else None)  # None: only on a terminal
-    ctx = RunContext(groups["backend"], model, gpu, sched, policy, trace, w.warmup_fraction, out, bar.update)
+    ctx = RunContext(plan.groups["backend"], plan.model, plan.gpu, sched, plan.policy, plan.trace, w.warmup_fraction,
+                     out, bar.update)
     try:
-        record, wall = backend_runner(groups["backend"].name)(ctx)
+        record, wall = backend_runner(plan.groups["backend"].name)(ctx)
     finally:
         bar.close()
     summary = summarize(record, wall)
     summary.update(
         scheduler=sched.name,
         workload=w.name,
-        arrival_rate=rate,
+        arrival_rate=plan.arrival_rate,
         load=w.load,
         seed=int(cfg.seed),
-        model=model.name,
-        gpu=gpu.name,
+        model=plan.model.name,
+        gpu=plan.gpu.name,
     )
     summary["fingerprint"] = fingerprint_of(cfg)
     summary = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in summary.items()}
-    write_run(out, record, summary, OmegaConf.to_yaml(cfg, resolve=True))
-    if groups["logger"].kind == "wandb":
+    write_run(out, record, summary, OmegaConf.to_yaml(_plain_config(cfg)))
+    if plan.groups["logger"].kind == "wandb":
         from topas.wandb_logger import log_run
 
-        log_run(groups["logger"], OmegaConf.to_container(cfg, resolve=True), summary, record, out)
+        log_run(plan.groups["logger"], _plain_config(cfg), summary, record, out)
     if not quiet:
-        rate_txt = f"{rate:.4g} tasks/s" if rate is not None else "trace arrival times"
-        print(f"{sched.name} on {w.name} ({rate_txt}, seed {int(cfg.seed)}) -> {out}")
-        print(format_summary(summary))
+        rate_txt = f"{plan.arrival_rate:.4g} tasks/s" if plan.arrival_rate is not None else "trace arrival times"
+        log.info(f"{sched.name} on {w.name} ({rate_txt}, seed {int(cfg.seed)}) -> {out}")
+        log.info(format_summary(summary))
     return out, summary

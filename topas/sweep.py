@@ -1,71 +1,151 @@
-"""Resumable local sweeps of runs (used by tuning and `make reproduce`).
+"""Sweeps are Hydra multiruns (`run.py -m`, any Hydra launcher); this module drives them.
 
-Each point is a list of Hydra overrides; its run folder follows from the config
-(`out_dir`). A point whose folder already holds a complete run (summary.json written
-last) is skipped, so a killed sweep resumes where it stopped; a point that fails is
-recorded in `<folder>/error.txt` and does not stop the others.
+- `expand` lists the jobs a multirun will launch (Hydra's own basic-sweeper expansion of the
+  experiment's `hydra.sweeper.params` plus the command-line overrides).
+- Every job appends its outcome (ok, cached, failed) to the sweep's manifest (`sweep_manifest`,
+  a JSON-lines file); a job that never reports (a killed worker, an aborted sweep) is missing.
+- `run_sweep` starts one multirun, shows progress from the manifest, and returns one row per
+  expected job with its status, so a driver can tell complete from incomplete.
+
+A complete run folder (topas.results.is_complete, same fingerprint) is skipped by the job
+itself, so a killed sweep resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import traceback
-from concurrent.futures import ProcessPoolExecutor
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
-from tqdm import tqdm
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = str(ROOT / "conf")
+STATUSES = ("ok", "cached", "failed", "missing")
 
 
-def compose_config(overrides: Sequence[str]):
+def compose_config(overrides: Sequence[str], hydra_config: bool = False):
     from hydra import compose, initialize_config_dir
 
     import topas.config  # noqa: F401  (resolvers)
 
     with initialize_config_dir(version_base=None, config_dir=CONF_DIR):
-        return compose(config_name="config", overrides=list(overrides))
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra_config)
 
 
-def run_point(overrides: Sequence[str]) -> dict[str, Any]:
-    """Run one point unless complete; returns its summary (or an error record)."""
-    from topas.results import is_complete
-    from topas.runner import fingerprint_of, run
-
-    try:
-        cfg = compose_config(["logger=none", "progress=false", *overrides])
-    except Exception as e:  # noqa: BLE001 - report as a failed point (exceptions may not pickle)
-        return {"out_dir": "", "status": "failed", "error": str(e).splitlines()[0] if str(e) else type(e).__name__}
-    out = Path(cfg.out_dir)
-    if is_complete(out, fingerprint_of(cfg)):
-        return {**json.loads((out / "summary.json").read_text()), "out_dir": str(out), "status": "cached"}
-    try:
-        _, summary = run(cfg, quiet=True)
-        (out / "error.txt").unlink(missing_ok=True)
-        return {**summary, "out_dir": str(out), "status": "ok"}
-    except Exception as e:  # noqa: BLE001 - a failed point is recorded, the sweep goes on
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "error.txt").write_text(f"{' '.join(overrides)}\n{traceback.format_exc()}")
-        return {"out_dir": str(out), "status": "failed", "error": str(e).splitlines()[0] if str(e) else type(e).__name__}
+def _is_hydra(o: str) -> bool:
+    return o.startswith(("hydra.", "hydra/", "+hydra", "++hydra"))
 
 
-def run_grid(points: Sequence[Sequence[str]], jobs: int | None = None, desc: str = "runs") -> pd.DataFrame:
-    """Run every point (in parallel processes) and return one row per point."""
-    jobs = jobs or os.cpu_count() or 1
-    rows: list[dict[str, Any]] = []
-    with tqdm(total=len(points), desc=desc, unit="run") as bar:
-        if jobs == 1:
-            for p in points:
-                rows.append(run_point(p))
-                bar.update()
+def expand(overrides: Sequence[str]) -> list[list[str]]:
+    """The task overrides of every job `run.py -m *overrides` launches, in launch order."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    task = [o for o in overrides if not _is_hydra(o)]
+    fixed = [o for o, p in zip(task, parser.parse_overrides(task)) if not p.is_sweep_override()]
+    cfg = compose_config(fixed, hydra_config=True)
+    params = [f"{k}={v}" for k, v in (cfg.hydra.sweeper.get("params") or {}).items()]
+    return BasicSweeper.split_arguments(parser.parse_overrides(params + task), None)[0]
+
+
+def job_key(overrides: Sequence[str]) -> str:
+    """A job's identity: its task overrides, less the manifest path the driver adds."""
+    return " ".join(o for o in overrides if not o.startswith("sweep_manifest="))
+
+
+def record_outcome(manifest: str | None, overrides: Sequence[str], out_dir: Path, status: str, error: str = "") -> None:
+    """Append one job's outcome to the manifest (one short line: an atomic append)."""
+    if not manifest:
+        return
+    line = json.dumps({"job": job_key(overrides), "run_dir": str(out_dir), "status": status, "error": error,
+                       "time": time.time()})
+    with open(manifest, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+def read_manifest(path: str | Path) -> pd.DataFrame:
+    """The last reported outcome per job (columns job, run_dir, status, error)."""
+    rows = []
+    p = Path(path)
+    if p.exists():
+        for ln in p.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(ln))
+            except ValueError:
+                continue  # a line cut by a killed writer
+    df = pd.DataFrame(rows, columns=["job", "run_dir", "status", "error", "time"])
+    return df.drop_duplicates("job", keep="last").reset_index(drop=True)
+
+
+def outcomes(expected: Sequence[Sequence[str]], manifest: str | Path) -> pd.DataFrame:
+    """One row per expected job: its reported outcome, or status 'missing'."""
+    got = read_manifest(manifest).set_index("job")
+    rows = []
+    for ov in expected:
+        k = job_key(ov)
+        if k in got.index:
+            r = got.loc[k]
+            rows.append({"job": k, "run_dir": r["run_dir"], "status": r["status"], "error": r["error"]})
         else:
-            with ProcessPoolExecutor(max_workers=jobs) as ex:
-                for row in ex.map(run_point, points, chunksize=1):
-                    rows.append(row)
-                    bar.update()
-    for p, row in zip(points, rows):
-        row["overrides"] = " ".join(p)
-    return pd.DataFrame(rows)
+            rows.append({"job": k, "run_dir": "", "status": "missing", "error": "no outcome reported (killed or aborted)"})
+    return pd.DataFrame(rows, columns=["job", "run_dir", "status", "error"])
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    except FileNotFoundError:
+        return 0
+
+
+def run_sweep(overrides: Sequence[str], manifest: Path, log_file: Path, jobs: int = 1,
+              on_progress: Callable[[int], None] | None = None, expected: list[list[str]] | None = None) -> tuple[pd.DataFrame, int]:
+    """Run `run.py -m *overrides` (local launcher with `jobs` processes unless the overrides
+    choose a launcher), report finished jobs to `on_progress`, and return (outcomes, exit code).
+    The multirun and its workers end if this process is killed (topas.process_guard)."""
+    expected = expected if expected is not None else expand(overrides)
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.unlink(missing_ok=True)
+    launcher = [] if any(o.startswith(("hydra/launcher=", "+hydra/launcher=")) for o in overrides) else (
+        ["hydra/launcher=local", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else [])
+    cmd = [sys.executable, str(ROOT / "run.py"), "-m", *overrides, *launcher, f"sweep_manifest={manifest}"]
+    env = {**os.environ, "TOPAS_WATCH_PARENT": "1"}
+    done = 0
+    with open(log_file, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            while proc.poll() is None:
+                time.sleep(0.5)
+                n = _count_lines(manifest)
+                if n > done and on_progress:
+                    on_progress(n - done)
+                done = max(done, n)
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGTERM)  # Ctrl-C / SIGTERM of the driver: stop the whole sweep
+            proc.wait()
+            raise
+    n = _count_lines(manifest)
+    if n > done and on_progress:
+        on_progress(n - done)
+    return outcomes(expected, manifest), proc.returncode
+
+
+def status_counts(df: pd.DataFrame) -> dict[str, int]:
+    return {s: int((df["status"] == s).sum()) for s in STATUSES}
+
+
+def summaries(df: pd.DataFrame) -> pd.DataFrame:
+    """The summary.json of every complete job of an outcomes table, with its run_dir."""
+    rows: list[dict[str, Any]] = []
+    for r in df[df["status"].isin(["ok", "cached"])].itertuples():
+        s = json.loads((Path(r.run_dir) / "summary.json").read_text())
+        rows.append({**s, "run_dir": r.run_dir, "job": r.job})
+    return pd.DataFrame(rows, columns=None if rows else ["run_dir", "job"])

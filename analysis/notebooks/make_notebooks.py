@@ -13,14 +13,17 @@ ROOT = Path.cwd().resolve()
 while not (ROOT / "pyproject.toml").exists() and ROOT != ROOT.parent:
     ROOT = ROOT.parent
 sys.path.insert(0, str(ROOT))
-from analysis.load import load_runs
+from analysis.load import load_experiment
 from analysis import tables as T, figures as F
 RUNS = Path(os.environ.get("TOPAS_RUNS_ROOT", ROOT / "runs"))
 SUFFIX = os.environ.get("TOPAS_EXPERIMENT_SUFFIX", "")
 OUT = Path(os.environ.get("TOPAS_NOTEBOOK_OUT", ROOT / "analysis" / "results" / "notebooks"))
-runs = load_runs(RUNS)
 def experiment(name):
-    return runs[runs["experiment"] == name + SUFFIX] if len(runs) else runs
+    # the runs of the experiment's last sweep (failed or missing ones are reported, not counted)
+    runs, failed = load_experiment(name + SUFFIX, RUNS)
+    if len(failed):
+        print(f"{len(failed)} run(s) of {name + SUFFIX} failed or are missing")
+    return runs
 """
 NOTEBOOKS = {
     "main_comparison": ("Main comparison: JCT per workload and scheduler, reductions vs the best baseline", """df = experiment("main")

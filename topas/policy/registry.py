@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
+import types
+import typing
 from abc import ABC, abstractmethod
 from typing import Any, Callable, ClassVar, Mapping, TypeVar
 
+from topas.checks import RangeError, integral, is_number
 from topas.policy.decision import Decision
 from topas.policy.events import Event
 from topas.policy.view import SchedulerView
@@ -19,6 +23,10 @@ from topas.policy.view import SchedulerView
 
 class UnknownPolicyError(ValueError):
     pass
+
+
+class PolicyParamError(ValueError):
+    """A scheduler parameter of the wrong type or out of range (one line naming scheduler.params.<field>)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +96,38 @@ def policy_class(name: str) -> type[Policy]:
         raise UnknownPolicyError(f"unknown scheduler '{name}'; known: {', '.join(sorted(_REGISTRY))}") from None
 
 
+def _check_type(key: str, hint: Any, v: Any) -> Any:
+    """`v` checked against a Params field's annotation (bool, int, float, str, Literal, Optional);
+    an integral float is accepted for an int (6.0 -> 6). Other annotations are not checked."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if v is None and type(None) in args:
+            return v
+        inner = [a for a in args if a is not type(None)]
+        return _check_type(key, inner[0], v) if len(inner) == 1 else v
+    if origin is typing.Literal:
+        if v not in args:
+            raise PolicyParamError(f"{key} must be one of {', '.join(map(repr, args))}, got {v!r}")
+        return v
+    if hint is bool:
+        if not isinstance(v, bool):
+            raise PolicyParamError(f"{key} must be true or false, got {v!r}")
+    elif hint is int:
+        try:
+            return integral(key, v, minimum=None)
+        except ValueError as e:
+            raise PolicyParamError(str(e)) from None
+    elif hint is float:
+        if not is_number(v) or math.isnan(v):
+            raise PolicyParamError(f"{key} must be a number, got {v!r}")
+        return float(v)
+    elif hint is str and not isinstance(v, str):
+        raise PolicyParamError(f"{key} must be a string, got {v!r}")
+    return v
+
+
 def make_params(cls: type[Policy], params: Mapping[str, Any] | None) -> Any:
+    """The policy's Params from configured values; a one-line error names `scheduler.params.<field>`."""
     params = dict(params or {})
     fields = {f.name for f in dataclasses.fields(cls.Params)}
     unknown = sorted(set(params) - fields)
@@ -97,7 +136,25 @@ def make_params(cls: type[Policy], params: Mapping[str, Any] | None) -> Any:
             f"scheduler '{cls.name}': unknown parameter(s) {', '.join(unknown)}; "
             f"known: {', '.join(sorted(fields)) or '(none)'}"
         )
-    return cls.Params(**params)
+    try:
+        hints = typing.get_type_hints(cls.Params)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: no type checks
+        hints = {}
+    where = f" (scheduler '{cls.name}')"
+    try:
+        values = {k: _check_type(f"scheduler.params.{k}", hints.get(k), v) for k, v in params.items()}
+    except PolicyParamError as e:
+        raise PolicyParamError(f"{e}{where}") from None
+    try:
+        return cls.Params(**values)
+    except RangeError as e:
+        field = getattr(e, "field", None)
+        if field is None:
+            raise PolicyParamError(f"scheduler.params: {e}{where}") from None
+        raise PolicyParamError(f"scheduler.params.{field} must be {e.rule}, got {e.value!r}{where}") from None
+    except (TypeError, ValueError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise PolicyParamError(f"scheduler.params: {msg}{where}") from None
 
 
 def create_policy(name: str, params: Mapping[str, Any] | None = None) -> Policy:

@@ -58,6 +58,11 @@ def resolve_arrival_rate(cfg: Any, capacity: float | None = None) -> float | Non
     """The arrival rate of a workload config: `arrival_rate` if set, else `load` x capacity
     (capacity given, or read from data/capacity.yaml). None for a trace replayed at its own times."""
     wc = cfg if isinstance(cfg, WorkloadConfig) else WorkloadConfig.parse(cfg)
+    if wc.arrival_rate is not None and wc.load is not None:
+        raise ValueError(
+            f"workload '{wc.name}': both workload.load={wc.load:g} and workload.arrival_rate={wc.arrival_rate:g} are set; "
+            "set one of them"
+        )
     if wc.arrival_rate is not None:
         return wc.arrival_rate
     if wc.load is None:

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from topas.checks import integral
 from topas.workflow import Task, Trace, Workflow, WorkflowTemplate
 from topas.workloads.arrivals import poisson_arrivals, streams
 
@@ -41,8 +42,24 @@ def _plain(cfg: Any) -> dict:
 
 def _number(name: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ValueError(f"workload config: {name} must be a finite number, got {v!r}")
+        raise ValueError(f"workload.{name} must be a finite number, got {v!r}")
     return float(v)
+
+
+def check_rate_fields(load: Any, arrival_rate: Any) -> tuple[float | None, float | None]:
+    """`workload.load` and `workload.arrival_rate` as (load, arrival_rate) floats or None; a
+    one-line ValueError naming the key when one is not a positive finite number. Pure (no I/O),
+    so a config resolver may call it. Whether both may be set is decided elsewhere
+    (`resolve_arrival_rate`)."""
+    if arrival_rate is not None:
+        arrival_rate = _number("arrival_rate", arrival_rate)
+        if arrival_rate <= 0:
+            raise ValueError(f"workload.arrival_rate must be positive (tasks/s), got {arrival_rate:g}")
+    if load is not None:
+        load = _number("load", load)
+        if load <= 0:
+            raise ValueError(f"workload.load must be a positive fraction of capacity, got {load:g}")
+    return load, arrival_rate
 
 
 @dataclass(frozen=True)
@@ -60,32 +77,23 @@ class WorkloadConfig:
         d = _plain(cfg)
         unknown = sorted(set(d) - set(TOP_LEVEL_KEYS))
         if unknown:
-            raise ValueError(f"workload config: unknown key(s) {unknown}; allowed: {list(TOP_LEVEL_KEYS)}")
+            raise ValueError(f"workload: unknown key(s) {unknown}; allowed: {list(TOP_LEVEL_KEYS)}")
         gen = d.get("generator")
         if not isinstance(gen, str) or not gen:
-            raise ValueError("workload config: 'generator' is required (a generator name)")
+            raise ValueError("workload.generator is required (a generator name)")
         name = d.get("name") or gen
         if not isinstance(name, str):
-            raise ValueError(f"workload config: name must be a string, got {name!r}")
-        rate = d.get("arrival_rate")
-        if rate is not None:
-            rate = _number("arrival_rate", rate)
-            if rate <= 0:
-                raise ValueError(f"workload config: arrival_rate must be positive (tasks/s), got {rate}")
-        load = d.get("load")
-        if load is not None:
-            load = _number("load", load)
-            if load <= 0:
-                raise ValueError(f"workload config: load must be a positive fraction of capacity, got {load}")
+            raise ValueError(f"workload.name must be a string, got {name!r}")
+        load, rate = check_rate_fields(d.get("load"), d.get("arrival_rate"))
         n = d.get("num_tasks")
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n <= 0):
-            raise ValueError(f"workload config: num_tasks must be a positive integer, got {n!r}")
+        if n is not None:
+            n = integral("workload.num_tasks", n)
         wf = _number("warmup_fraction", d.get("warmup_fraction", 0.1))
         if not 0 <= wf < 1:
-            raise ValueError(f"workload config: warmup_fraction must be in [0, 1), got {wf}")
+            raise ValueError(f"workload.warmup_fraction must be in [0, 1), got {wf}")
         params = d.get("params") or {}
         if not isinstance(params, Mapping):
-            raise ValueError(f"workload config: params must be a mapping, got {type(params).__name__}")
+            raise ValueError(f"workload.params must be a mapping, got {type(params).__name__}")
         return cls(name, gen, rate, load, n, wf, dict(params))
 
 
@@ -94,7 +102,8 @@ class Generator:
 
     Subclasses set `name` and `defaults` (every accepted parameter with its default) and
     implement `templates(params)` and `workflow(task_id, rng, params)`; `check(params)` may
-    reject bad values with a one-line ValueError.
+    reject bad values with a one-line ValueError and normalise them in place (the dict is the
+    generator's own copy: e.g. a token count written 512.0 becomes 512).
     """
 
     name: str = ""
@@ -142,12 +151,14 @@ class Generator:
 
 
 def positive_int(workload: str, key: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise ValueError(f"workload '{workload}': param {key} must be a positive integer, got {v!r}")
-    return v
+    """A count (tokens, files): a positive int, or an integral float such as 512.0 (returned as int)."""
+    try:
+        return integral(f"workload.params.{key}", v)
+    except ValueError as e:
+        raise ValueError(f"{e} (workload '{workload}')") from None
 
 
 def non_negative(workload: str, key: str, v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
-        raise ValueError(f"workload '{workload}': param {key} must be a number >= 0, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v >= 0:
+        raise ValueError(f"workload.params.{key} must be a finite number >= 0, got {v!r} (workload '{workload}')")
     return float(v)

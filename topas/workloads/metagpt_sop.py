@@ -51,15 +51,15 @@ class MetaGPTSop(Generator):
         "gap_s": 0.0,  # client-side delay before every non-first call (tool time)
     }
 
-    def check(self, params: Mapping[str, Any]) -> None:
+    def check(self, params: dict[str, Any]) -> None:
         if not isinstance(params["qa"], bool):
             raise ValueError(f"workload '{self.name}': param qa must be true or false, got {params['qa']!r}")
         p = params["qa_debug_prob"]
         if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1):
             raise ValueError(f"workload '{self.name}': param qa_debug_prob must be null or in [0, 1], got {p!r}")
         if params["n_files"] is not None:
-            positive_int(self.name, "n_files", params["n_files"])
-        non_negative(self.name, "gap_s", params["gap_s"])
+            params["n_files"] = positive_int(self.name, "n_files", params["n_files"])
+        params["gap_s"] = non_negative(self.name, "gap_s", params["gap_s"])
 
     @staticmethod
     def debug_prob(params: Mapping[str, Any]) -> float:

@@ -33,10 +33,10 @@ class MetaGPTTl(Generator):
         "gap_s": 0.0,  # client-side delay before every non-first call (tool time)
     }
 
-    def check(self, params: Mapping[str, Any]) -> None:
+    def check(self, params: dict[str, Any]) -> None:
         if params["n_files"] is not None:
-            positive_int(self.name, "n_files", params["n_files"])
-        non_negative(self.name, "gap_s", params["gap_s"])
+            params["n_files"] = positive_int(self.name, "n_files", params["n_files"])
+        params["gap_s"] = non_negative(self.name, "gap_s", params["gap_s"])
 
     @staticmethod
     def agents() -> dict[str, Agent]:

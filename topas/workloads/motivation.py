@@ -20,9 +20,9 @@ class TwoAgents(Generator):
     name = "two_agents"
     defaults = {"prefix_tokens": 8192, "input_tokens": 256, "output_tokens": 512, "pattern": "alternating", "group": 16}
 
-    def check(self, params: Mapping[str, Any]) -> None:
+    def check(self, params: dict[str, Any]) -> None:
         for k in ("prefix_tokens", "input_tokens", "output_tokens", "group"):
-            positive_int(self.name, k, params[k])
+            params[k] = positive_int(self.name, k, params[k])
         if params["pattern"] not in ("alternating", "grouped"):
             raise ValueError(f"workload '{self.name}': param pattern must be alternating or grouped, got {params['pattern']!r}")
 

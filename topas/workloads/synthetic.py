@@ -54,7 +54,7 @@ class SyntheticGenerator(Generator):
     def agent_names(self) -> list[str]:
         return [agent for _, agent, _ in self.shape]
 
-    def check(self, params: Mapping[str, Any]) -> None:
+    def check(self, params: dict[str, Any]) -> None:
         pt = params["prefix_tokens"]
         if not isinstance(pt, Mapping):
             raise ValueError(f"workload '{self.name}': param prefix_tokens must map agent -> tokens")
@@ -65,11 +65,10 @@ class SyntheticGenerator(Generator):
                 f"workload '{self.name}': prefix_tokens must name exactly the agents {self.agent_names}"
                 f" (missing {missing}, unknown {extra})"
             )
-        for a, v in pt.items():
-            positive_int(self.name, f"prefix_tokens.{a}", v)
-        positive_int(self.name, "input_tokens", params["input_tokens"])
-        positive_int(self.name, "output_tokens", params["output_tokens"])
-        non_negative(self.name, "gap_s", params["gap_s"])
+        params["prefix_tokens"] = {a: positive_int(self.name, f"prefix_tokens.{a}", v) for a, v in pt.items()}
+        for k in ("input_tokens", "output_tokens"):
+            params[k] = positive_int(self.name, k, params[k])
+        params["gap_s"] = non_negative(self.name, "gap_s", params["gap_s"])
 
     def _workflow(self, params: Mapping[str, Any]) -> Workflow:
         agents = {a: Agent(a, int(params["prefix_tokens"][a])) for a in self.agent_names}

@@ -122,6 +122,13 @@ def _int(where: _Where, what: str, v: Any, positive: bool = True) -> int:
     return v
 
 
+def _tokens(where: _Where, what: str, v: Any) -> int:
+    """A token count: a positive integer, or an integral number such as 512.0 (read as 512)."""
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        v = int(v)
+    return _int(where, what, v)
+
+
 def _num(where: _Where, what: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
         raise where.err(f"{what} must be a number >= 0, got {v!r}")
@@ -141,7 +148,7 @@ def _header(where: _Where, h: Any) -> tuple[str, dict[str, Agent], dict[str, Wor
         raise where.err(f"unsupported trace version {h.get('version')!r} (this reader knows {VERSION})")
     if not isinstance(h.get("agents"), dict) or not h["agents"]:
         raise where.err("header needs \"agents\": an object mapping agent name -> prefix tokens")
-    agents = {a: Agent(a, _int(where, f"prefix tokens of agent '{a}'", n)) for a, n in h["agents"].items()}
+    agents = {a: Agent(a, _tokens(where, f"prefix tokens of agent '{a}'", n)) for a, n in h["agents"].items()}
     templates = {}
     for name, t in (h.get("templates") or {}).items():
         if not isinstance(t, dict) or not isinstance(t.get("stages"), list):
@@ -202,16 +209,15 @@ def _task(where: _Where, row: Any, agents: Mapping[str, Agent], templates: dict[
             isinstance(h, list) and len(h) == 2 and h[0] in ("in", "out") and isinstance(h[1], str) for h in hist
         ):
             raise where.err(f"task {tid}, node '{nid}': history must be a list of [\"in\"|\"out\", node] pairs")
-        for k in ("input_tokens", "output_tokens"):
-            _int(where, f"task {tid}, node '{nid}': {k}", nd[k])
+        tokens = {k: _tokens(where, f"task {tid}, node '{nid}': {k}", nd[k]) for k in ("input_tokens", "output_tokens")}
         stage = nd.get("stage", "")
         if not isinstance(stage, str):
             raise where.err(f"task {tid}, node '{nid}': stage must be a string")
         nodes[nid] = CallNode(
             id=nid,
             agent=nd["agent"],
-            input_tokens=nd["input_tokens"],
-            output_tokens=nd["output_tokens"],
+            input_tokens=tokens["input_tokens"],
+            output_tokens=tokens["output_tokens"],
             deps=_str_list(where, f"task {tid}, node '{nid}': deps", nd.get("deps", [])),
             history=tuple(SegmentRef(k, n) for k, n in hist),
             stage=stage,
@@ -251,9 +257,17 @@ def load_trace(path: str | os.PathLike) -> Trace:
     """Read and validate a JSONL trace; raise a one-line WorkflowError on the first problem."""
     where = _Where(str(path))
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as e:
         raise WorkflowError(f"trace {path}: cannot read ({e.strerror or e})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise WorkflowError(
+            f"trace {path} line {line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+            "a trace is a JSONL file"
+        ) from None
     header = None
     tasks: list[Task] = []
     seen: dict[int, int] = {}

@@ -19,6 +19,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
+from topas.checks import check_range, integral, number
 from topas.engines.latency.base import GpuSpec, LatencyModel, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -101,27 +102,58 @@ def _plain(mapping: Any) -> dict[str, Any]:
     return dict(mapping)
 
 
-def _build(cls: type, mapping: Any) -> Any:
+# Ranges of the spec fields (topas.checks rules); an int field also accepts an integral float (64.0).
+SPEC_RANGES: dict[type, dict[str, str]] = {
+    ModelSpec: {
+        "num_layers": ">= 1", "hidden_size": ">= 1", "num_heads": ">= 1", "num_kv_heads": ">= 1", "head_dim": ">= 1",
+        "intermediate_size": ">= 1", "vocab_size": ">= 1", "params_b": "> 0", "dtype_bytes": ">= 1",
+        "context_len": ">= 1",
+    },
+    GpuSpec: {
+        "memory_gib": "> 0", "peak_tflops": "> 0", "mem_bw_gbs": "> 0", "host_link_gbs": "> 0",
+        "host_link_latency_s": ">= 0", "cuda_graph_max_bs": ">= 1",
+    },
+}
+
+
+def _field_value(key: str, kind: Any, rule: str | None, v: Any) -> Any:
+    if kind in (int, "int"):
+        n = integral(key, v, minimum=None)
+        if rule is not None:
+            check_range(key, n, rule)
+        return n
+    if kind in (float, "float"):
+        return number(key, v, rule)
+    if kind in (str, "str") and not isinstance(v, str):
+        raise ValueError(f"{key} must be a string, got {v!r}")
+    return v
+
+
+def _build(cls: type, mapping: Any, key: str) -> Any:
     data = _plain(mapping)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ValueError(f"{cls.__name__}: unknown key(s) {unknown}; allowed: {sorted(names)}")
+        raise ValueError(f"{key} ({cls.__name__}): unknown key(s) {unknown}; allowed: {sorted(names)}")
     required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
     missing = sorted(required - set(data))
     if missing:
-        raise ValueError(f"{cls.__name__}: missing key(s) {missing}")
-    return cls(**data)
+        raise ValueError(f"{key} ({cls.__name__}): missing key(s) {missing}")
+    ranges = SPEC_RANGES.get(cls, {})
+    kinds = {f.name: f.type for f in dataclasses.fields(cls)}
+    values = {k: _field_value(f"{key}.{k}", kinds[k], ranges.get(k), v) for k, v in data.items()}
+    return cls(**values)
 
 
-def load_model_spec(mapping: Any) -> ModelSpec:
-    """ModelSpec from a dict / OmegaConf node (conf/model/*.yaml); unknown keys are an error."""
-    return _build(ModelSpec, mapping)
+def load_model_spec(mapping: Any, key: str = "model") -> ModelSpec:
+    """ModelSpec from a dict / OmegaConf node (conf/model/*.yaml); an unknown key, a wrong type or a
+    value out of range (SPEC_RANGES) is a one-line ValueError naming `<key>.<field>`."""
+    return _build(ModelSpec, mapping, key)
 
 
-def load_gpu_spec(mapping: Any) -> GpuSpec:
-    """GpuSpec from a dict / OmegaConf node (conf/gpu/*.yaml); unknown keys are an error."""
-    return _build(GpuSpec, mapping)
+def load_gpu_spec(mapping: Any, key: str = "gpu") -> GpuSpec:
+    """GpuSpec from a dict / OmegaConf node (conf/gpu/*.yaml); checked as `load_model_spec`."""
+    return _build(GpuSpec, mapping, key)
 
 
 def resolve_hf_config(model: ModelSpec) -> Path:

@@ -1,0 +1,103 @@
+"""What makes two runs the same: the run folder's name and the fingerprint in its summary.
+
+A run's folder is a function of everything that changes its result:
+`runs/<experiment>/<workload>/<scheduler>/<load>/seed<seed>-<config hash>`, where the
+readable levels are for people and the hash (of the whole resolved config, output-only
+keys left out) keeps two configs apart that the readable levels do not (a parameter sweep,
+another GPU, another trace file). The summary's fingerprint adds the code: a sweep skips a
+folder only when code and config are the same, and re-runs it in place otherwise.
+
+The resolvers below are used by conf/config.yaml (registered on import).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from omegaconf import Container, DictConfig, OmegaConf
+
+ROOT = Path(__file__).resolve().parents[1]
+_PACKAGES = ("topas", "baselines")
+_SUFFIXES = {".py", ".yaml", ".yml", ".json"}
+# config keys that say where and how a run is written or shown, not what it computes
+OUTPUT_ONLY_KEYS = frozenset({"hydra", "logger", "progress", "out_dir", "run_subdir", "experiment_name", "sweep_manifest"})
+
+
+def config_hash(config: Mapping[str, Any], n: int = 8) -> str:
+    """Hash of a resolved config (a plain mapping) without its output-only keys."""
+    cfg = {k: v for k, v in config.items() if k not in OUTPUT_ONLY_KEYS}
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """Every source and data file of the `topas` and `baselines` packages."""
+    h = hashlib.sha256()
+    for pkg in _PACKAGES:
+        for f in sorted((ROOT / pkg).rglob("*")):
+            if f.suffix in _SUFFIXES and f.is_file() and "__pycache__" not in f.parts:
+                h.update(str(f.relative_to(ROOT)).encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def run_fingerprint(config: Mapping[str, Any]) -> str:
+    """Code fingerprint + config hash: a complete folder with another fingerprint is re-run."""
+    return hashlib.sha256(f"{code_fingerprint()}|{config_hash(config, 64)}".encode()).hexdigest()[:16]
+
+
+def _number(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return None
+    return float(x)
+
+
+def rate_tag(load: Any, rate: Any, capacity: float | None) -> str:
+    """Folder level of the offered load: `load0.7_rate0.1152` (the rate actually used),
+    `rate0.08`, or `trace-times`. Never raises: bad values are reported by validation."""
+    if load is not None:
+        lv = _number(load)
+        if lv is None:
+            return f"load{load}"
+        return f"load{lv:g}_rate{lv * capacity:.4g}" if capacity else f"load{lv:g}"
+    if rate is not None:
+        rv = _number(rate)
+        return f"rate{rv:g}" if rv is not None else f"rate{rate}"
+    return "trace-times"
+
+
+def _rate_tag_resolver(*, _root_: DictConfig) -> str:
+    w = _root_.workload
+    load, rate = w.get("load"), w.get("arrival_rate")
+    capacity = None
+    if _number(load) is not None and rate is None:
+        from topas.workloads import capacity_of
+
+        capacity = capacity_of(w.get("name"), _root_.model.get("name"), _root_.gpu.get("name"))
+    return rate_tag(load, rate, capacity)
+
+
+def _config_hash_resolver(*, _root_: DictConfig) -> str:
+    plain = {}
+    for k in _root_:
+        if k in OUTPUT_ONLY_KEYS:
+            continue
+        node = _root_._get_node(k)
+        plain[k] = OmegaConf.to_container(node, resolve=True) if isinstance(node, Container) else _root_[k]
+    return config_hash(plain)
+
+
+def _rate_unless_load(default: Any, *, _parent_: DictConfig) -> Any:
+    """A workload's default arrival rate gives way to a `load` set on the command line, so
+    `workload.load=0.7` alone works; setting both is rejected by validation."""
+    return None if _parent_.get("load") is not None else default
+
+
+OmegaConf.register_new_resolver("rate_tag", _rate_tag_resolver, replace=True)
+OmegaConf.register_new_resolver("config_hash", _config_hash_resolver, replace=True)
+OmegaConf.register_new_resolver("rate_unless_load", _rate_unless_load, replace=True)
