@@ -23,7 +23,7 @@ import time as wallclock
 from dataclasses import dataclass, field
 from typing import Callable
 
-from topas.engines.latency.base import LatencyModel
+from topas.engines.latency.base import LatencyModel, decode_batch_time, top_context_means
 from topas.engines.sim.admission import AddResult, KVPool, PrefillBudget
 from topas.engines.sim.config import SimEngineConfig
 from topas.engines.sim.entities import ReqState, SimRequest, TaskState, make_request
@@ -276,9 +276,12 @@ class SimEngine:
         k = min(self.pool.available // bs, min(r.remaining_tokens for r in self.running))
         if not self.cfg.ignore_eos:
             k = 1  # the decaying new-token ratio can change admission at every step
-        ctx0 = sum(r.prompt_tokens + r.generated for r in self.running) / bs
-        k = self._limit_to_next_event(k, bs, ctx0)
-        dt = self._stretch_time(k, bs, ctx0)
+        contexts = [r.prompt_tokens + r.generated for r in self.running]
+        ctx0 = sum(contexts) / bs
+        means = top_context_means(contexts)  # the step is priced on the whole batch, never below a member alone
+        memo = {1: decode_batch_time(self.latency, means)}  # steps -> stretch seconds, this batch
+        k = self._limit_to_next_event(k, means, memo)
+        dt = self._stretch_time(k, means, memo)
         self.pool.alloc_private(k * bs)
         self.now += dt
         self.stats.iterations += k
@@ -300,21 +303,35 @@ class SimEngine:
             for r in finished:
                 self._finish(r)
 
-    def _stretch_time(self, k: int, bs: int, ctx0: float) -> float:
-        first = self.latency.decode(bs, int(ctx0))
-        if k == 1:
-            return first
-        return k * 0.5 * (first + self.latency.decode(bs, int(ctx0) + k - 1))
+    def _stretch_time(self, k: int, means: list[float], memo: dict[int, float]) -> float:
+        """k decode steps of the running batch (`memo[1]`: the step now): trapezoid of the first and
+        the last step, each monotone in the batch (`decode_batch_time`), so the stretch is too."""
+        t = memo.get(k)
+        if t is None:
+            t = memo[k] = k * 0.5 * (memo[1] + decode_batch_time(self.latency, means, k - 1))
+        return t
 
-    def _limit_to_next_event(self, k: int, bs: int, ctx0: float) -> int:
-        """Stop the stretch at the iteration during which the next external event happens."""
+    def _limit_to_next_event(self, k: int, means: list[float], memo: dict[int, float]) -> int:
+        """Stop the stretch at the iteration during which the next external event happens: the
+        least K <= k with stretch(K) >= dt_ext (stretch(K) is non-decreasing in K)."""
         dt_ext = self._next_event_time() - self.now
-        if k <= 1 or self._stretch_time(k, bs, ctx0) < dt_ext:
+        if k <= 1 or self._stretch_time(k, means, memo) < dt_ext:
             return max(k, 1)
         lo, hi = 1, k
+        # K first <= stretch(K) <= K stretch(k) / k for K <= k (no step is cheaper than the first
+        # or dearer than step k) brackets K; both ends are checked, so the answer is the plain
+        # bisection's, in fewer steps.
+        first, full = memo[1], memo[k]
+        if first > 0:
+            g = max(1, min(k, int(dt_ext / first) + 1))
+            if g < hi and self._stretch_time(g, means, memo) >= dt_ext:
+                hi = g
+        g = int(dt_ext * k / full) if full > 0 else 0
+        if 1 < g < hi and self._stretch_time(g, means, memo) < dt_ext:
+            lo = g + 1
         while lo < hi:
             mid = (lo + hi) // 2
-            if self._stretch_time(mid, bs, ctx0) >= dt_ext:
+            if self._stretch_time(mid, means, memo) >= dt_ext:
                 hi = mid
             else:
                 lo = mid + 1
