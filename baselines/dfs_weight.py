@@ -6,12 +6,15 @@ Source: `managers/schedule_policy.py` (`CacheAwarePolicy.DFS_WEIGHT`,
 `_get_dfs_priority` of sglang <= 0.4):
 
 1. every waiting request is attached to `req.last_node`, the deepest node of the
-   *device* radix tree its prompt matches (`match_kv_cache`; host hits do not count);
+   *device* radix tree its whole sequence matches (`match_kv_cache`: prompt plus kept
+   output, not capped at length - 1; host hits do not count). A fully cached prompt is
+   attached to the node its prompt ends at, beside the requests that extend it;
 2. the weight of a node = the number of waiting requests attached to it or to any
    node below it (post-order sum);
 3. the tree is walked depth first from the root, children in decreasing weight
-   (a stable sort: ties keep the children's order), and a node's own requests are
-   emitted *after* its children's subtrees (post-order), in waiting-queue order.
+   (a stable sort of `node.children.values()`: ties keep the children's dict order, the
+   order they were inserted into the cache tree), and a node's own requests are emitted
+   *after* its children's subtrees (post-order), in waiting-queue order.
 
 So requests sharing the heaviest cached prefix run together, and requests with no
 device hit (attached to the root) come last. Unlike `lpm`, SGLang never falls back to
@@ -19,30 +22,36 @@ FCFS for long queues here (`_determine_active_policy` only does so for lpm/hrrn)
 the in-batch deprioritization it computes is not used by this sort. The admission walk
 stops at the first request that does not fit (`_get_new_batch_prefill_raw`).
 
-The tree is rebuilt from the view: a request's path is its prompt `segments`
-truncated to its `cached_tokens` (its device match), cut at every partial-segment
-boundary any request ends on, so two requests share a node exactly when their cached
-prompts share those tokens (DESIGN.md section 9: equal segment ids = equal tokens).
+"Waiting-queue order" is SGLang's persistent queue: sorted in place at every pass, new
+and retracted requests appended (see `baselines/lpm.py`); this policy keeps it.
 
-Deviation: SGLang breaks weight ties by the order children were inserted into the
-real radix tree, which the view does not carry; we break them by the position of the
-first waiting request under each child (FCFS). Nodes of the real tree that hold no
-waiting request have weight 0 and emit nothing, so leaving them out changes no order.
+The tree: when the engine exposes its cache tree (`RequestInfo.cached_nodes`: one
+sibling-order key per node of the request's device path, as the simulator does), it is
+rebuilt node for node and siblings tie in the engine's order, as in SGLang. Otherwise it
+is rebuilt from the view: a request's path is its prompt `segments` truncated to its
+`cached_tokens`, cut at every partial-segment boundary any request ends on, so two
+requests share a node exactly when their cached prompts share those tokens (equal segment
+ids = equal tokens); ties then go by the position of the first waiting request under
+each child. Nodes of the real tree that hold no waiting request have weight 0 and emit
+nothing, so leaving them out changes no order.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Sequence
 
+from baselines.lpm import sglang_queue_order
 from topas.policy import Decision, Policy, RequestInfo, SchedulerView, register_policy
 
 Piece = tuple[str, int, int]  # (segment id, start, end) within the segment
 
 
 def cached_path(r: RequestInfo) -> tuple[tuple[str, int], ...]:
-    """The request's device-matched prompt as (segment id, tokens) runs, the last possibly partial."""
+    """The request's device-matched sequence as (segment id, tokens) runs, the last possibly partial."""
     out, left = [], r.cached_tokens
-    for sid, n in r.segments:
+    segments = r.segments + (((f"{r.rid}:generated", r.generated_tokens),) if r.generated_tokens else ())
+    for sid, n in segments:
         if left <= 0:
             break
         out.append((sid, min(n, left)))
@@ -68,14 +77,29 @@ class _Node:
     __slots__ = ("children", "reqs", "weight", "first")
 
     def __init__(self) -> None:
-        self.children: dict[Piece, _Node] = {}
+        self.children: dict = {}
         self.reqs: list[int] = []  # waiting-queue positions attached here
         self.weight = 0
-        self.first = 1 << 62  # earliest queue position in the subtree (tie-break)
+        self.first = 1 << 62  # sibling tie-break: engine order key, else earliest queue position
 
 
-def dfs_weight_order(waiting: tuple[RequestInfo, ...]) -> list[int]:
-    """Indices of `waiting` in SGLang's dfs-weight order."""
+def _engine_tree(waiting: Sequence[RequestInfo]) -> _Node:
+    """The engine's device tree restricted to the waiting requests' paths (`cached_nodes`)."""
+    root = _Node()
+    for i, r in enumerate(waiting):
+        node = root
+        for key in r.cached_nodes:
+            child = node.children.get(key)
+            if child is None:
+                child = node.children[key] = _Node()
+                child.first = key
+            node = child
+        node.reqs.append(i)
+    return root
+
+
+def _segment_tree(waiting: Sequence[RequestInfo]) -> _Node:
+    """The tree rebuilt from segments (engines that do not expose theirs)."""
     paths = [cached_path(r) for r in waiting]
     full: dict[str, int] = {}
     for r in waiting:
@@ -96,6 +120,13 @@ def dfs_weight_order(waiting: tuple[RequestInfo, ...]) -> list[int]:
             node = node.children.setdefault(piece, _Node())
             node.first = min(node.first, i)
         node.reqs.append(i)
+    return root
+
+
+def dfs_weight_order(waiting: Sequence[RequestInfo]) -> list[int]:
+    """Indices of `waiting` (in SGLang's queue order) in SGLang's dfs-weight order."""
+    exposed = all(r.cached_nodes or not r.cached_tokens for r in waiting)
+    root = _engine_tree(waiting) if exposed else _segment_tree(waiting)
 
     # weights, post-order (iterative: prompts can be deep)
     stack: list[tuple[_Node, bool]] = [(root, False)]
@@ -120,11 +151,21 @@ def dfs_weight_order(waiting: tuple[RequestInfo, ...]) -> list[int]:
     return order
 
 
-def sort_by_dfs_weight(view: SchedulerView) -> tuple[str, ...]:
-    return tuple(view.waiting[i].rid for i in dfs_weight_order(view.waiting))
+def sort_by_dfs_weight(queue: Sequence[RequestInfo]) -> tuple[str, ...]:
+    """`queue` in SGLang's pre-sort order (see `sglang_queue_order`)."""
+    return tuple(queue[i].rid for i in dfs_weight_order(queue))
 
 
 @register_policy("dfs_weight")
 class DFSWeight(Policy):
+    def __init__(self, params=None) -> None:
+        super().__init__(params)
+        self._queue: tuple[str, ...] = ()  # SGLang's waiting-queue order after the last pass
+
+    def sglang_matches_waiting(self, n_waiting: int) -> bool:
+        """SGLang matches the waiting queue in queue order at every pass (cache-aware path)."""
+        return True
+
     def schedule(self, view: SchedulerView) -> Decision:
-        return Decision(admit=sort_by_dfs_weight(view), stop_at_first_misfit=True)
+        self._queue = sort_by_dfs_weight(sglang_queue_order(view.waiting, self._queue))
+        return Decision(admit=self._queue, stop_at_first_misfit=True)

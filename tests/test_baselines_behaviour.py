@@ -56,10 +56,55 @@ def test_dfs_weight_is_post_order_and_splits_partial_matches():
     assert d.admit == ("2:b", "3:b", "0:b", "1:b", "4:a", "5:a")
 
 
-def test_dfs_weight_breaks_ties_in_queue_order():
+def test_dfs_weight_breaks_ties_in_queue_order_without_the_engine_tree():
     w = [req_info("0:a", "a", 0, cached=500), req_info("1:b", "b", 1, cached=500), req_info("2:a", "a", 2, cached=500),
          req_info("3:b", "b", 3, cached=500)]
     assert create_policy("dfs_weight").schedule(make_view(w)).admit == ("0:a", "2:a", "1:b", "3:b")
+
+
+def test_dfs_weight_breaks_ties_in_the_engine_tree_child_order():
+    # SGLang: equal-weight siblings keep the cache tree's child (insertion) order
+    w = [dataclasses.replace(req_info("0:a", "a", 0, cached=500), cached_nodes=(7,)),
+         dataclasses.replace(req_info("1:b", "b", 1, cached=500), cached_nodes=(3,))]
+    assert create_policy("dfs_weight").schedule(make_view(w)).admit == ("1:b", "0:a")
+
+
+def test_dfs_weight_puts_a_fully_cached_prompt_beside_its_extensions():
+    # x is exactly the cached prefix P, y = P + fresh input: both end at P's node (SGLang: [x, y])
+    x = req_info("0:x", "a", 0, cached=500, prompt=500, segments=(("agent:a", 500),))
+    y = req_info("1:y", "a", 1, cached=500)
+    assert create_policy("dfs_weight").schedule(make_view([x, y])).admit == ("0:x", "1:y")
+    tree = [dataclasses.replace(x, cached_nodes=(1,)), dataclasses.replace(y, cached_nodes=(1,))]
+    assert create_policy("dfs_weight").schedule(make_view(tree)).admit == ("0:x", "1:y")
+
+
+def test_cache_aware_baselines_keep_sglangs_persistent_queue_order():
+    # SGLang sorts its waiting list in place and appends arrivals: ties keep the last pass's order
+    for name in ("lpm", "dfs_weight"):
+        pol = create_policy(name)
+        a, b = req_info("0:a", "a", 0), req_info("1:b", "b", 1, cached=200)
+        assert pol.schedule(make_view([a, b])).admit == ("1:b", "0:a")
+        b = dataclasses.replace(b, cached_tokens=0)  # evicted: now a tie
+        c = req_info("2:c", "c", 2)
+        assert pol.schedule(make_view([a, b, c])).admit == ("1:b", "0:a", "2:c"), name
+
+
+# ---------------------------------------------------------------------------------------------- lpm
+def test_lpm_key_counts_host_hits_and_is_capped_below_the_sequence_length():
+    # SGLang's num_matched_prefix_tokens = min(device + host match, length - 1)
+    x = req_info("0:x", "x", 0, cached=500, prompt=500, prefix=500)  # fully cached: key 499
+    y = req_info("1:y", "y", 1, cached=499)  # key 499: ties with x, entry order kept
+    z = dataclasses.replace(req_info("2:z", "z", 2, cached=200), host_cached_tokens=400)  # key 600
+    assert create_policy("lpm").schedule(make_view([x, y, z])).admit == ("2:z", "0:x", "1:y")
+
+
+def test_lpm_in_batch_check_is_token_exact_within_a_segment():
+    # a holds only the first 20 tokens of segment s: b shares 20 < 32 tokens with it, not 500
+    a = req_info("0:a", "a", 0, prefix=20, segments=(("s", 20), ("a:in", 980)))
+    b = req_info("1:b", "b", 1, segments=(("s", 500), ("b:in", 500)))
+    c = req_info("2:c", "c", 2, segments=(("s", 500), ("c:in", 500)))  # shares 500 with b: deferred
+    d = req_info("3:d", "d", 3)
+    assert create_policy("lpm").schedule(make_view([a, b, c, d])).admit == ("0:a", "1:b", "3:d", "2:c")
 
 
 # ---------------------------------------------------------------------------------------------- spf

@@ -102,3 +102,36 @@ def test_evict_subtree_offloads_an_agent_prefix_but_not_locked_nodes():
     c.evict_subtree(top, keep_host=False)
     assert c.device_tokens == 0 and c.host_tokens == 0
     c.check_invariants()
+
+
+def test_a_split_refreshes_the_whole_node_upper_half_most_recent():
+    # SGLang touches a node before splitting it at a match end: the lower half is just used too
+    c = RadixCache(10_000)
+    c.insert(runs(("A", 100)))
+    c.insert(runs(("B", 100)))
+    c.match(runs(("A", 60)))  # splits A at 60: both halves now more recent than B
+    assert c.evict(1) == 100 and c.match(runs(("B", 100)), touch=False).device_tokens == 0
+    assert c.evict(1) == 40  # then A's lower half (a leaf), its upper half last
+    assert c.match(runs(("A", 100)), touch=False).device_tokens == 60
+    c.check_invariants()
+
+
+def test_read_only_match_leaves_the_tree_alone():
+    c = RadixCache(10_000)
+    c.insert(runs(("A", 100)))
+    m = c.match(runs(("A", 60)), touch=False, split=False)
+    assert m.device_tokens == 60 and m.device_node.tokens == 100  # the node it ends inside, unsplit
+    assert len(c.root.children) == 1 and not c.child_of_root("A").children
+
+
+def test_children_keep_insertion_order_across_splits():
+    c = RadixCache(10_000)
+    c.insert(runs(("P", 50), ("x", 10)))
+    c.insert(runs(("P", 50), ("y", 10)))
+    c.insert(runs(("P", 50), ("x", 5)))  # splits x: the upper half keeps x's slot, before y
+    x = c.match(runs(("P", 50), ("x", 5)), touch=False).device_node
+    y = c.match(runs(("P", 50), ("y", 10)), touch=False).device_node
+    assert c.path_orders(x)[:-1] == c.path_orders(y)[:-1] and c.path_orders(x)[-1] < c.path_orders(y)[-1]
+    c.evict_subtree(x, keep_host=False)  # x leaves; a re-inserted x goes after y
+    x2, _ = c.insert(runs(("P", 50), ("x", 10)))
+    assert c.path_orders(x2)[-1] > c.path_orders(y)[-1]

@@ -33,7 +33,7 @@ class RequestInfo:
     ready_time: float  # when the call entered the waiting queue (first time)
     prompt_tokens: int
     prefix_tokens: int  # the agent prefix part of the prompt
-    cached_tokens: int = 0  # prompt tokens matched on device now
+    cached_tokens: int = 0  # prompt tokens matched on device now (simulator: SGLang's uncapped match, may be all)
     host_cached_tokens: int = 0  # further prompt tokens matched on the host tier
     generated_tokens: int = 0  # running: tokens generated so far
     preemptions: int = 0  # times retracted / preempted so far
@@ -41,6 +41,10 @@ class RequestInfo:
     # Prompt composition: (segment id, tokens) in order; equal ids = identical tokens
     # (DESIGN.md section 9). Lets a policy see which requests share a prefix.
     segments: tuple[tuple[str, int], ...] = ()
+    # The device-cached prefix as the engine's cache-tree nodes, root first: one key per node,
+    # ordering it among its siblings as the engine's tree does (SGLang: child insertion order).
+    # Empty when the engine does not expose its tree (policies then use `segments`).
+    cached_nodes: tuple[int, ...] = ()
 
     @property
     def dynamic_kv_tokens(self) -> int:

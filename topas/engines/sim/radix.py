@@ -6,9 +6,17 @@ Keys are token sequences written as *runs* `(segment_id, start, length)`: tokens
 when their segment ids and start positions agree; matching proceeds run by run
 instead of token by token, yet is token-exact (nodes split at token offsets).
 
-Semantics mirrored from SGLang (`mem_cache/radix_cache.py`, `unified_radix_cache.py`):
+Semantics mirrored from SGLang 0.5.23 (`mem_cache/radix_cache.py` `RadixCache`, and
+`mem_cache/unified_cache/unified_tree_core.py` `UnifiedTreeCore`, the default tree):
 - `match` returns the longest cached prefix, splitting the last node at the match end,
-  and refreshes the LRU time of the matched path;
+  and refreshes the LRU time of the matched path. A node the match (or an insert) ends
+  inside is refreshed *whole* before it is split, so the split-off lower half counts as
+  just used too (`RadixCache._match_prefix_helper` / `_insert_helper` set
+  `child.last_access_time` before `_split_node`; `UnifiedTreeCore._split_node` sets
+  `child.last_access_time` itself); the upper half is then the more recent one;
+- children keep SGLang's dict order (insertion order; a split node keeps its slot, a
+  deleted and re-inserted one goes last); `Node.order` is a key in that order, and
+  `path_orders` gives it along a path (for SGLang's dfs-weight tie order);
 - `lock`/`unlock` add/remove a reference on a node and all its ancestors; locked
   nodes are not evictable; `evictable_tokens` counts unlocked device tokens;
 - eviction removes least-recently-used unlocked device *leaves* (no device child)
@@ -28,7 +36,7 @@ Run = tuple[str, int, int]  # (segment id, start, length)
 
 
 class Node:
-    __slots__ = ("key", "tokens", "children", "parent", "lock_ref", "last_access", "on_device", "on_host", "uid")
+    __slots__ = ("key", "tokens", "children", "parent", "lock_ref", "last_access", "on_device", "on_host", "uid", "order")
 
     def __init__(self, key: list[Run], parent: Node | None, uid: int) -> None:
         self.key = key
@@ -40,6 +48,7 @@ class Node:
         self.on_device = True
         self.on_host = False
         self.uid = uid
+        self.order = uid  # position among its siblings: creation order; a split's upper half inherits it
 
     def child_key(self) -> tuple[str, int]:
         return self.key[0][0], self.key[0][1]
@@ -143,6 +152,7 @@ class RadixCache:
         upper.lock_ref = node.lock_ref
         upper.last_access = node.last_access
         upper.on_device, upper.on_host = node.on_device, node.on_host
+        upper.order = node.order  # takes the node's slot in its parent's children (same key)
         parent.children[upper.child_key()] = upper
         node.key = lower_key
         node.tokens -= upper.tokens
@@ -151,8 +161,11 @@ class RadixCache:
         return upper
 
     # ------------------------------------------------------------------ queries
-    def match(self, runs: Sequence[Run], touch: bool = True) -> Match:
-        """Longest cached prefix of `runs` (device part, then host-only part)."""
+    def match(self, runs: Sequence[Run], touch: bool = True, split: bool = True) -> Match:
+        """Longest cached prefix of `runs` (device part, then host-only part).
+        `split=False` (with `touch=False`) is a read-only walk that leaves the tree as it is;
+        a match ending inside a node then reports that node, to be inspected, not locked."""
+        assert split or not touch, "a touching match splits (SGLang)"
         node = self.root
         i = off = 0
         dev_tokens = host_tokens = 0
@@ -181,10 +194,12 @@ class RadixCache:
                     break
             if matched == 0:
                 break
-            if not full:
-                child = self._split(child, matched)
             if touch:
-                self._touch(child)
+                self._touch(child)  # the whole node, before a split (SGLang): both halves are refreshed
+            if not full and split:
+                child = self._split(child, matched)
+                if touch:
+                    self._touch(child)  # the upper half last: more recent than the lower (SGLang)
             if child.on_device and on_device_path:
                 dev_tokens += matched
                 dev_node = child
@@ -198,6 +213,12 @@ class RadixCache:
                 break
         host_node = node if host_tokens else dev_node
         return Match(dev_tokens, host_tokens, dev_node, host_node)
+
+    def path_orders(self, node: Node) -> tuple[int, ...]:
+        """`Node.order` of every node from the root's child down to `node` (() for the root)."""
+        out = [n.order for n in self.path(node)]
+        out.reverse()
+        return tuple(out)
 
     def path(self, node: Node) -> Iterator[Node]:
         while node is not self.root and node is not None:
