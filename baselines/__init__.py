@@ -10,5 +10,6 @@ from baselines import (  # noqa: F401  (import registers the policies)
     kvflow,
     lpm,
     parrot_fcfs,
+    phase_batch,
     spf,
 )

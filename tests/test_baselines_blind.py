@@ -12,7 +12,8 @@ from test_sim_engine import check_run
 from topas.policy import Policy, RequestFinished, RequestInfo, SchedulerView, create_policy
 from topas.workflow import CallNode, Workflow
 
-BASELINES = ["fcfs", "lpm", "dfs_weight", "spf", "parrot_fcfs", "autellix_las", "kvflow", "continuum_ttl"]
+BASELINES = ["fcfs", "lpm", "dfs_weight", "spf", "parrot_fcfs", "autellix_las", "kvflow", "continuum_ttl",
+             "phase_batch", "phase_batch_nolimit"]
 NEW = BASELINES[2:]
 
 
