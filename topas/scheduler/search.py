@@ -7,6 +7,12 @@ budget constraint  sum_{a in R'} l_a + sum_{r in Q'} d_r <= B  holds for every p
 `search` enumerates every subset of the free agents when there are at most M of them,
 else starts from the forced set and applies greedy single and pair additions with
 repair moves (drop, swap) while the score improves: O(|A|^2) evaluations per round.
+
+No waiting call depends on R' alone to be scored: a task with a call waiting well beyond
+the expected wait W (`Problem.overdue`) whose agents are all outside R' still offers its
+first call, by its own gain; admitting it brings the agent's prefix into R' (its tokens
+join the budget, its move-in is charged), and if it does not fit it is listed as blocked
+(so it keeps its place by gain, and the preemption repair may make room for it).
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ class Problem:
     max_actions: int  # K
     weights: Weights = field(default_factory=Weights)
     running: Callable[[], Sequence[RunningOption]] | None = None  # preemption candidates, computed on demand
+    overdue: frozenset[int] = frozenset()  # tasks with a call waiting well beyond W: scored outside R' too
     _victims: list[RunningOption] | None = field(default=None, init=False, repr=False)
 
     def victims(self) -> list[RunningOption]:
@@ -89,13 +96,20 @@ class Plan:
     preempt: list[str] = field(default_factory=list)
 
 
-def greedy_pack(p: Problem, resident: frozenset[str]) -> Plan:
+def greedy_pack(p: Problem, resident: frozenset[str], repair: bool = True) -> Plan:
+    """Fill R' with admissions by gain; `repair`: then the preemption repair of blocked calls."""
     mem = p.base_tokens + sum(p.agents[a].tokens for a in resident)
     heap: list[tuple[float, int, int, int]] = []  # (-gain, task, index in chain, tie)
     chains: dict[int, Chain] = {}
+    outside: dict[int, tuple[str, float]] = {}  # overdue tasks with no agent in R': their first call
+    outside_agents: set[str] = set()
     for t, ags in p.task_agents.items():
         elig = ags & resident if not ags <= resident else ags
         if not elig:
+            ch = p.chain(t, ags) if t in p.overdue else None
+            if ch:  # no agent of this task is in R': its first call still competes by its own gain
+                outside[t] = ch[0]
+                heapq.heappush(heap, (-ch[0][1], t, -1, 0))
             continue
         ch = p.chain(t, elig)
         if ch:
@@ -108,6 +122,18 @@ def greedy_pack(p: Problem, resident: frozenset[str]) -> Plan:
         neg, t, i, _ = heapq.heappop(heap)
         if -neg <= 0:
             break
+        if i < 0:
+            rid, g = outside[t]
+            a = p.request_agent[rid]
+            d = p.request_tokens[rid] + p.agents[a].tokens
+            if mem + d > p.budget:
+                blocked.append((g, rid))
+                continue
+            mem += d
+            admit.append(rid)
+            gains[rid] = g
+            outside_agents.add(a)
+            continue
         rid, g = chains[t][i]
         d = p.request_tokens[rid]
         if mem + d > p.budget:
@@ -118,11 +144,13 @@ def greedy_pack(p: Problem, resident: frozenset[str]) -> Plan:
         gains[rid] = g
         if i + 1 < len(chains[t]):
             heapq.heappush(heap, (-chains[t][i + 1][1], t, i + 1, 0))
+    resident = resident | outside_agents  # an admitted overdue call brings its prefix into R'
     plan = Plan(resident, admit, gains, _score(p, resident, admit, gains, mem), mem, blocked)
-    return preempt_repair(p, plan) if p.running is not None and blocked else plan
+    return preempt_repair(p, plan) if repair and p.running is not None and blocked else plan
 
 
 def _score(p: Problem, resident: frozenset[str], admit: list[str], gains: Mapping[str, float], mem: int) -> float:
+    """J_admit - J_move + V_reuse of a state (R', Q'), seconds; `preempt_repair` adds - J_redo - J_revoke."""
     w = p.weights
     total = S.j_admit((g, 1.0) for g in gains.values())  # gains are already age-weighted
     if w.move:
@@ -140,6 +168,9 @@ def _score(p: Problem, resident: frozenset[str], admit: list[str], gains: Mappin
     return total
 
 
+score_state = _score  # the score of a state, in one place (tests call it directly)
+
+
 def feasible(p: Problem, resident: frozenset[str]) -> bool:
     return p.base_tokens + sum(p.agents[a].tokens for a in resident) <= p.budget
 
@@ -150,7 +181,7 @@ def _best(p: Problem, sets: list[frozenset[str]], memo: dict[frozenset[str], Pla
         if r not in memo:
             if not feasible(p, r):
                 continue
-            memo[r] = greedy_pack(p, r)
+            memo[r] = greedy_pack(p, r, repair=False)
         plan = memo[r]
         if best is None or plan.score > best.score + 1e-12:
             best = plan
@@ -158,10 +189,25 @@ def _best(p: Problem, sets: list[frozenset[str]], memo: dict[frozenset[str], Pla
 
 
 def search(p: Problem, max_enumerate: int) -> Plan:
+    """The best state over the resident sets tried. The preemption repair (which only adds to a
+    state's score) runs on the best state and on those whose blocked gains could still beat it."""
+    memo: dict[frozenset[str], Plan] = {}
+    best = _search(p, max_enumerate, memo)
+    if p.running is None:
+        return best
+    for plan in sorted(memo.values(), key=lambda pl: -pl.score):
+        if plan is best or (plan.blocked and plan.score + sum(g for g, _ in plan.blocked) > best.score + 1e-12):
+            if plan.blocked:
+                preempt_repair(p, plan)
+            if plan.score > best.score + 1e-12:
+                best = plan
+    return best
+
+
+def _search(p: Problem, max_enumerate: int, memo: dict[frozenset[str], Plan]) -> Plan:
     forced = frozenset(a for a, o in p.agents.items() if o.forced)
     free = sorted(a for a in p.agents if a not in forced)
-    memo: dict[frozenset[str], Plan] = {}
-    start = greedy_pack(p, forced)  # always evaluated, even if the forced prefixes alone overflow
+    start = greedy_pack(p, forced, repair=False)  # always evaluated, even if the forced prefixes alone overflow
     memo[forced] = start
     if len(free) <= max_enumerate:
         subsets = [forced | frozenset(c) for k in range(1, len(free) + 1) for c in itertools.combinations(free, k)]
@@ -192,7 +238,8 @@ def preempt_repair(p: Problem, plan: Plan) -> Plan:
     for g, rid in sorted(plan.blocked, reverse=True):
         if len(plan.admit) + len(plan.preempt) >= p.max_actions:
             break
-        need = mem + p.request_tokens[rid] - p.budget
+        a = p.request_agent[rid]
+        need = mem + p.request_tokens[rid] + (0 if a in plan.resident else p.agents[a].tokens) - p.budget
         chosen, freed, cost = [], 0, 0.0
         for r in pool:
             if freed >= need:
@@ -211,6 +258,7 @@ def preempt_repair(p: Problem, plan: Plan) -> Plan:
         plan.admit.append(rid)
         plan.gains[rid] = g
         plan.score += g - cost
-        mem += p.request_tokens[rid] - freed
+        mem += p.request_tokens[rid] + (0 if a in plan.resident else p.agents[a].tokens) - freed
+        plan.resident = plan.resident | {a}
     plan.memory = mem
     return plan

@@ -10,9 +10,13 @@ At each decision the policy builds, from the engine-neutral view, a `Problem`:
 - the KV budget B and the KV of the kept running requests.
 `search` picks the resident set R' and admissions maximizing
 J_admit - J_move - J_redo - J_revoke + V_reuse; a repair step may preempt running
-requests for a blocked request worth more than their redo + revoked credit. The decision
-pins R', admits the chosen requests first, then (work-conserving) every other waiting
-request by gain, aging and ready time; the engine skips what does not fit.
+requests for a blocked request worth more than their redo + revoked credit. A task whose
+call has waited more than `overdue_factor` x W is scored even when none of its agents is in
+any R' that fits (its first call brings its prefix along), so no call starves behind resident
+agents. The decision admits the chosen requests first, then (work-conserving) every other
+waiting request by gain, aging and ready time; the engine skips what does not fit. It pins the
+prefixes R' holds for a purpose, but an idle prefix only in memory that no running or listed
+call is expected to need (`_safe_pins`): a pin never holds out the call it was meant to serve.
 
 Estimates only: output lengths and service times come from `ServiceEstimator`
 (finished calls, workload-independent prior); W is learned from observed queueing delays.
@@ -44,7 +48,7 @@ def _two_digits(x: float) -> float:
 @dataclass(frozen=True)
 class TopasParams:
     beta: float = 1.0  # V_reuse weight
-    rho: float = 16.0  # aging strength (tuned, conf/scheduler/topas.yaml)
+    rho: float = 4.0  # aging strength (tuned, conf/scheduler/topas.yaml)
     h_age: float = 60.0  # aging time scale (s)
     M: int = 6  # enumerate all prefix subsets when the free agent pool is at most M
     K: int = 64  # at most K admits + preempts per decision
@@ -59,10 +63,15 @@ class TopasParams:
     work_conserving: bool = True  # after scored admissions, offer every other waiting request
     preempt_margin: float = 0.5  # hysteresis: preempt only for a gain above (1 + margin) x (redo + revoke)
     stop_at_first_misfit: bool = True  # stop the admission walk at a misfit (tuned; False = the contract's skip)
+    score_overdue: bool = True  # a task whose call is overdue competes by its gain even outside R'
+    overdue_factor: float = 2.0  # overdue: waiting longer than this many times max(W, the call's expected service)
+    unpin_under_pressure: bool = True  # pin an idle prefix only in memory no running or listed call is expected to need
 
     def __post_init__(self) -> None:
-        if self.h_age <= 0 or self.M < 0 or self.K <= 0 or self.beta < 0 or self.rho < 0 or self.preempt_margin < 0:
-            raise ValueError(f"topas: invalid parameters {self}")
+        from topas.checks import check_ranges  # a RangeError names the field (scheduler.params.<field> at start)
+
+        check_ranges(self, h_age="> 0", M=">= 0", K="> 0", beta=">= 0", rho=">= 0", preempt_margin=">= 0",
+                     overdue_factor=">= 0")
 
 
 class _LRU(OrderedDict):
@@ -199,6 +208,10 @@ class Topas(Policy):
 
         ctx = _Context(view, active, waiting_by_task, running_by_task, wait_s, step_s)
         problem = self._problem(view, {t: waiting_by_task[t] for t in scored}, reuse_n, chain, ctx)
+        if p.score_overdue:  # no call waits behind resident agents for much longer than the expected wait W
+            problem.overdue = frozenset(t for t in scored if any(
+                view.now - r.ready_time > p.overdue_factor * max(wait_s, self._stage_time(r.agent, r.stage, step_s)[0])
+                for r in waiting_by_task[t]))
         plan = search(problem, p.M)
         for rid in plan.admit:
             tid = problem.request_task[rid]
@@ -219,8 +232,42 @@ class Topas(Policy):
         # against the batch either.
         used = {problem.request_agent[rid] for rid in plan.admit}
         keep_for_reuse = len(plan.admit) == len(view.waiting)
-        pin = frozenset(a for a in plan.resident if a in used or (keep_for_reuse and problem.agents[a].reuse_n > 0))
+        want = [a for a in sorted(plan.resident | used, key=lambda a: (a not in used, a))
+                if a in used or (keep_for_reuse and problem.agents[a].reuse_n > 0)]
+        pin = self._safe_pins(view, problem, plan, want) if p.unpin_under_pressure else frozenset(want)
         return Decision(admit=tuple(admit), pin=pin, preempt=tuple(plan.preempt), stop_at_first_misfit=p.stop_at_first_misfit)
+
+    def _safe_pins(self, view: SchedulerView, problem: Problem, plan, want: list[str]) -> frozenset[str]:
+        """A pin never holds memory a call needs (unpin under pressure, as SGLang's LRU would evict):
+        an idle prefix (no running call uses it) is pinned only while the pool, less the running
+        calls' KV and expected growth and the listed calls' KV and prefixes, still has room for it,
+        and never when nothing runs (the list is admitted at once; a pin could only keep its head
+        out). A running call that has outgrown its estimate is expected to generate as much again."""
+        if not view.running:
+            return frozenset()
+        in_use = {r.agent for r in view.running}
+        room = view.kv_capacity_tokens
+        for a in in_use:
+            ps = view.prefixes.get(a)
+            room -= ps.tokens if ps is not None else 0
+        for r in view.running:
+            y = self.est.output_tokens(r.agent, r.stage)
+            growth = y - r.generated_tokens if r.generated_tokens < y else r.generated_tokens
+            room -= r.dynamic_kv_tokens + int(growth)
+        listed = list(plan.admit) + [rid for _, rid in plan.blocked]
+        room -= sum(problem.request_tokens[rid] for rid in listed)
+        listed_agents = {problem.request_agent[rid] for rid in listed} - in_use
+        room -= sum(problem.agents[a].tokens for a in listed_agents)
+        pin = []
+        for a in want:
+            if a in in_use:
+                pin.append(a)
+                continue
+            need = 0 if a in listed_agents else problem.agents[a].tokens
+            if need <= room:
+                pin.append(a)
+                room -= need
+        return frozenset(pin)
 
     def _candidate_tasks(self, view: SchedulerView, waiting_by_task: dict[int, list[RequestInfo]]) -> set[int]:
         """Tasks whose waiting requests are scored this decision. Under a long queue, only the oldest
