@@ -1,4 +1,4 @@
-"""Hyper-parameter tuning under the protocol of DESIGN.md section 9.
+"""Hyper-parameter tuning under the project's tuning rules.
 
 - Synthetic workloads only (chain3, dag4, dag10_wide); the MetaGPT workloads are never used.
 - Tuning seeds (100, 101) are disjoint from evaluation seeds (0-9).
@@ -9,26 +9,30 @@
     python -m topas.tuning                 # all schedulers; writes analysis/results/tuning/
     python -m topas.tuning --schedulers topas kvflow --jobs 2
 
-Runs land in runs/tuning/ and are reused by a rerun (resumable).
+Each scheduler's grid is one Hydra multirun (topas/sweep.py); runs land in runs/tuning/ and
+are reused by a rerun (resumable).
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import math
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-
-from topas.sweep import run_grid
+import yaml
 
 WORKLOADS = ("chain3", "dag4", "dag10_wide")
 SEEDS = (100, 101)
 LOAD = 0.7
 NUM_TASKS = 100
 BUDGET = 12
-RESULTS = Path(__file__).resolve().parents[1] / "analysis" / "results" / "tuning"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "analysis" / "results" / "tuning"
 
 
 def _grid(**axes: list[Any]) -> list[dict[str, Any]]:
@@ -40,55 +44,86 @@ def _grid(**axes: list[Any]) -> list[dict[str, Any]]:
 GRIDS: dict[str, list[dict[str, Any]]] = {
     "fcfs": [{}],
     "dfs_weight": [{}],
-    # stop_at_first_misfit=true fixed: a first tuning round (same seeds/budget) found skipping worse
-    "topas": _grid(rho=[1.0, 4.0, 16.0], h_age=[60.0, 20.0], beta=[1.0, 0.25], stop_at_first_misfit=[True]),
-    "lpm": _grid(fcfs_above_waiting=[128, 64, 256, 1024], in_batch_check_threshold=[32, -1]),
+    # fixed from earlier rounds (same seeds and budget): stop_at_first_misfit=true (skipping was worse), beta 1.0
+    # and h_age 60 s (chosen every time; V_reuse is seconds of host transfer, small beside admission gains)
+    "topas": _grid(rho=[1.0, 4.0, 16.0], overdue_factor=[2.0, 1.0, 4.0, 8.0], h_age=[60.0], beta=[1.0],
+                   stop_at_first_misfit=[True]),
+    "lpm": [{}],  # SGLang's LPM as a stock server runs it (its thresholds are hard-coded there)
     "spf": _grid(granularity=["task", "request"], stop_at_first_misfit=[True, False], batch_size=[16, 8, 32]),
     "parrot_fcfs": _grid(graph_group=[True, False], ctx_group=[True, False], stop_at_first_misfit=[True, False]),
     "autellix_las": _grid(first_quantum_s=[1.0, 0.5, 2.0], num_levels=[10, 4], starvation_ratio=[8.0, 4.0]),
     "kvflow": _grid(lookahead=[1, 2, 3], max_pin_fraction=[0.5, 0.3], stop_at_first_misfit=[True, False]),
     "continuum_ttl": _grid(eta=[1.0, 0.5, 0.0], max_pin_fraction=[0.5, 0.3], stop_at_first_misfit=[True, False]),
+    # phase_batch_nolimit is its labelled no-limit reference, not tuned
+    "phase_batch": _grid(starvation_limit_s=[600.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 900.0, 1800.0, "inf"]),
 }
 
 
-def config_tag(params: dict[str, Any]) -> str:
-    return "default" if not params else "__".join(f"{k}-{v}" for k, v in params.items())
+def sweep_overrides(scheduler: str, runs: Path) -> list[str]:
+    """One multirun per scheduler: its parameter grid (a product) on the tuning points."""
+    grid = GRIDS[scheduler]
+    if len(grid) > BUDGET:
+        raise ValueError(f"{scheduler}: {len(grid)} configurations exceed the budget of {BUDGET}")
+    axes: dict[str, list[Any]] = {}
+    for params in grid:
+        for k, v in params.items():
+            axes.setdefault(k, [])
+            if v not in axes[k]:
+                axes[k].append(v)
+    if len(grid) != math.prod(len(v) for v in axes.values()):
+        raise ValueError(f"{scheduler}: the tuning grid must be a product of its axes")
+    return [f"workload={','.join(WORKLOADS)}", f"scheduler={scheduler}", f"seed={','.join(map(str, SEEDS))}",
+            f"workload.load={LOAD}", "workload.arrival_rate=null", f"workload.num_tasks={NUM_TASKS}",
+            "experiment_name=tuning", "logger=none", "progress=false", f"hydra.sweep.dir={runs / 'tuning'}",
+            *[f"++scheduler.params.{k}={','.join(str(x) for x in v)}" for k, v in axes.items()]]
 
 
-def points(scheduler: str) -> list[tuple[str, list[str]]]:
-    out = []
-    for params in GRIDS[scheduler][:BUDGET]:
-        tag = config_tag(params)
-        for w, seed in itertools.product(WORKLOADS, SEEDS):
-            ov = [f"workload={w}", f"scheduler={scheduler}", f"seed={seed}", f"workload.load={LOAD}",
-                  "workload.arrival_rate=null", f"workload.num_tasks={NUM_TASKS}", "experiment_name=tuning",
-                  f"out_dir=runs/tuning/{w}/{scheduler}/{tag}/load{LOAD}/seed{seed}"]
-            ov += [f"++scheduler.params.{k}={v}" for k, v in params.items()]
-            out.append((tag, ov))
-    return out
+def config_tag(row: pd.Series, keys: list[str]) -> str:
+    return "default" if not keys else "__".join(f"{k}-{row[k]}" for k in keys)
 
 
 def main() -> None:
+    from tqdm import tqdm
+
+    from topas.sweep import expand, outcomes, run_sweep, summaries
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--schedulers", nargs="*", default=list(GRIDS))
-    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--schedulers", nargs="*", default=list(GRIDS), help="run these (the tables cover every scheduler run so far)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--runs", default=str(ROOT / "runs"))
     a = ap.parse_args()
-    todo = [(s, tag, ov) for s in a.schedulers for tag, ov in points(s)]
-    df = run_grid([ov for _, _, ov in todo], jobs=a.jobs, desc="tuning")
-    df["scheduler_cfg"] = [s for s, _, _ in todo]
-    df["config"] = [t for _, t, _ in todo]
-    failed = df[df["status"] == "failed"]
-    ok = df[df["status"] != "failed"].copy()
-    fcfs = ok[ok["scheduler_cfg"] == "fcfs"].set_index(["workload", "seed"])["jct_mean"]
-    ok["ratio_vs_fcfs"] = [r.jct_mean / fcfs.get((r.workload, r.seed), float("nan")) for r in ok.itertuples()]
-    table = ok.groupby(["scheduler_cfg", "config"]).agg(
+    runs = Path(a.runs).resolve()
+    manifest = {s: runs / "tuning" / f"sweep_manifest_{s}.jsonl" for s in GRIDS}
+    jobs = {s: expand(sweep_overrides(s, runs)) for s in GRIDS}
+    with tqdm(total=sum(len(jobs[s]) for s in a.schedulers), desc="tuning", unit="run") as bar:
+        for s in a.schedulers:
+            run_sweep(sweep_overrides(s, runs), manifest[s], runs / "logs" / f"tuning_{s}.log", a.jobs, bar.update, jobs[s])
+    frames, failed = [], []
+    for s in GRIDS:  # the last sweep of every scheduler (run now or earlier)
+        if not manifest[s].exists():
+            continue
+        df = outcomes(jobs[s], manifest[s])
+        failed.append(df[~df["status"].isin(["ok", "cached"])])
+        got = summaries(df)
+        keys = sorted(GRIDS[s][0])
+        for k in keys:  # the parameter values of each run, from its own config
+            got[k] = [yaml.safe_load((Path(d) / "config.yaml").read_text())["scheduler"]["params"][k] for d in got["run_dir"]]
+        got["scheduler_cfg"] = s
+        got["config"] = [config_tag(r, keys) for _, r in got.iterrows()] if len(got) else []
+        frames.append(got)
+    df = pd.concat(frames, ignore_index=True)
+    failed = pd.concat(failed, ignore_index=True)
+    fcfs = df[df["scheduler_cfg"] == "fcfs"].set_index(["workload", "seed"])["jct_mean"]
+    df["ratio_vs_fcfs"] = [r.jct_mean / fcfs.get((r.workload, r.seed), float("nan")) for r in df.itertuples()]
+    table = df.groupby(["scheduler_cfg", "config"]).agg(
         objective=("ratio_vs_fcfs", "mean"), jct_mean=("jct_mean", "mean"), jct_p99=("jct_p99", "mean"), runs=("jct_mean", "size")
     ).reset_index().sort_values(["scheduler_cfg", "objective"])
     best = table.loc[table.groupby("scheduler_cfg")["objective"].idxmin()]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    df.drop(columns=[c for c in df.columns if c.startswith("decision_wall")], errors="ignore").to_csv(RESULTS / "tuning_runs.csv", index=False)
+    cols = ["scheduler_cfg", "config", "workload", "seed", "jct_mean", "jct_p99", "ratio_vs_fcfs", "mean_batch_size"]
+    df[cols].sort_values(cols[:4]).to_csv(RESULTS / "tuning_runs.csv", index=False, float_format="%.6g")
     with open(RESULTS / "tuning.md", "w") as f:
-        f.write("# Tuning sweep (DESIGN.md section 9)\n\n")
+        f.write("# Tuning sweep\n\n")
         f.write(f"Synthetic workloads {', '.join(WORKLOADS)}; seeds {SEEDS} (evaluation uses 0-9); load {LOAD} x capacity; "
                 f"{NUM_TASKS} tasks per run; at most {BUDGET} configurations per scheduler. Objective: mean over "
                 "(workload, seed) of mean JCT / FCFS mean JCT (lower is better).\n\n")
@@ -96,10 +131,11 @@ def main() -> None:
         f.write(best.to_markdown(index=False, floatfmt=".3f") + "\n\n## All configurations\n\n")
         f.write(table.to_markdown(index=False, floatfmt=".3f") + "\n")
         if len(failed):
-            f.write("\n## Failed runs\n\n" + failed[["overrides", "error"]].to_markdown(index=False) + "\n")
+            f.write("\n## Failed or missing runs\n\n" + failed[["job", "status", "error"]].to_markdown(index=False) + "\n")
     print(best.to_string(index=False))
     if len(failed):
-        print(f"{len(failed)} failed runs; see {RESULTS / 'tuning.md'}")
+        print(f"error: {len(failed)} tuning runs failed or are missing; see {RESULTS / 'tuning.md'}", file=sys.stderr)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
