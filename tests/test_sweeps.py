@@ -92,17 +92,25 @@ def _write_run(tmp_path, name="r", **overrides):
     return run(c, out_dir=tmp_path / name, quiet=True)
 
 
-def test_a_later_success_removes_an_old_error_and_a_failure_removes_an_old_summary(tmp_path):
+def test_a_later_success_removes_an_old_error_and_a_failure_removes_an_old_summary(tmp_path, monkeypatch):
     out = tmp_path / "r"
     out.mkdir()
     (out / "error.txt").write_text("old failure\n")
     _write_run(tmp_path)
     assert not (out / "error.txt").exists() and is_complete(out)
-    # a rerun that fails part-way leaves no summary of the earlier run behind
-    from topas.engines.sim.engine import EngineStall
-
-    with pytest.raises((EngineStall, ValueError)):
+    # bad input is rejected before the folder is touched
+    with pytest.raises(ValueError):
         _write_run(tmp_path, **{"backend.kv_pool_tokens": 100})
+    assert is_complete(out)
+    # a rerun that fails part-way leaves no summary of the earlier run behind
+    from topas.engines.sim.engine import SimEngine
+
+    def crash(self, *a, **k):
+        raise RuntimeError("engine died")
+
+    monkeypatch.setattr(SimEngine, "run", crash)
+    with pytest.raises(RuntimeError):
+        _write_run(tmp_path)
     assert not (out / "summary.json").exists()
 
 
