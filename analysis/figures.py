@@ -55,7 +55,7 @@ def _lines_by_workload(df: pd.DataFrame, x: str, xlabel: str, path: Path) -> Pat
     ws = _workloads(df)
     fig, axes = plt.subplots(1, len(ws), figsize=(3.3 * len(ws), 3.0), squeeze=False)
     for ax, w in zip(axes[0], ws):
-        sns.lineplot(df[df["workload"] == w], x=x, y="jct_mean", hue="scheduler", marker="o", errorbar=("ci", 95),
+        sns.lineplot(df[df["workload"] == w], x=x, y="jct_mean", hue="scheduler", marker="o", errorbar=("ci", 95), seed=0,
                      ax=ax, legend=ax is axes[0][-1])
         ax.set(title=w, xlabel=xlabel, ylabel="mean JCT (s)")
     return _save(fig, path)
@@ -79,7 +79,7 @@ def ablation(df: pd.DataFrame, out: Path) -> Path | None:
     order = [s for s in ["topas_base", "topas_no_aging", "topas_no_reuse", "topas"] if s in set(df["scheduler"])]
     long = df.melt(id_vars=["scheduler", "seed"], value_vars=["jct_mean", "jct_p99"], var_name="metric", value_name="JCT (s)")
     fig, ax = plt.subplots(figsize=(5.5, 3.0))
-    sns.barplot(long, x="scheduler", y="JCT (s)", hue="metric", order=order, errorbar=("ci", 95), ax=ax)
+    sns.barplot(long, x="scheduler", y="JCT (s)", hue="metric", order=order, errorbar=("ci", 95), seed=0, ax=ax)
     ax.set_title("ablation: MetaGPT-TL")
     ax.tick_params(axis="x", rotation=15)
     return _save(fig, out / "ablation.png")
@@ -111,7 +111,7 @@ def overhead(df: pd.DataFrame, out: Path) -> Path | None:
     df = df.assign(point=[f"{r:.3g} task/s" for r in df["arrival_rate"]])
     long = df.melt(id_vars=["point", "seed"], value_vars=["decision_ms_mean", "decision_ms_p99"], var_name="stat", value_name="ms per decision")
     fig, ax = plt.subplots(figsize=(5.0, 3.0))
-    sns.barplot(long, x="point", y="ms per decision", hue="stat", errorbar=("ci", 95), ax=ax)
+    sns.barplot(long, x="point", y="ms per decision", hue="stat", errorbar=("ci", 95), seed=0, ax=ax)
     ax.set_title("TOPAS decision time, MetaGPT-SOP")
     return _save(fig, out / "overhead.png")
 
@@ -121,8 +121,8 @@ def motivation(df: pd.DataFrame, out: Path) -> Path | None:
         return None
     df = df.assign(pattern=df["workload"].str.replace("motivation_", ""))
     fig, axes = plt.subplots(1, 2, figsize=(6.0, 2.8))
-    sns.barplot(df, x="pattern", y="mean_batch_size", errorbar=("ci", 95), ax=axes[0])
-    sns.barplot(df, x="pattern", y="makespan_s", errorbar=("ci", 95), ax=axes[1])
+    sns.barplot(df, x="pattern", y="mean_batch_size", errorbar=("ci", 95), seed=0, ax=axes[0])
+    sns.barplot(df, x="pattern", y="makespan_s", errorbar=("ci", 95), seed=0, ax=axes[1])
     axes[0].set_ylabel("mean decode batch")
     axes[1].set_ylabel("makespan (s)")
     fig.suptitle("two agents, FCFS: alternating vs grouped arrivals")
