@@ -16,7 +16,7 @@ any R' that fits (its first call brings its prefix along), so no call starves be
 agents. The decision admits the chosen requests first, then (work-conserving) every other
 waiting request by gain, aging and ready time; the engine skips what does not fit. It pins the
 prefixes R' holds for a purpose, but an idle prefix only in memory that no running or listed
-call is expected to need (`_safe_pins`): a pin never holds out the call it was meant to serve.
+call is expected to need (`pins.safe_pins`): a pin never holds out the call it was meant to serve.
 
 Estimates only: output lengths and service times come from `ServiceEstimator`
 (finished calls, workload-independent prior); W is learned from observed queueing delays.
@@ -31,6 +31,7 @@ from topas.policy import Decision, Policy, RequestFinished, RequestInfo, Residen
 from topas.policy.estimates import Prior, ServiceEstimator
 from topas.policy.progress import active_stage_counts, remaining_calls
 from topas.scheduler import score as S
+from topas.scheduler.pins import safe_pins
 from topas.scheduler.progress import PathModel, TaskState, admission_chain
 from topas.scheduler.search import AgentOption, Problem, RunningOption, Weights, search
 from topas.workflow import WorkflowTemplate
@@ -234,40 +235,12 @@ class Topas(Policy):
         keep_for_reuse = len(plan.admit) == len(view.waiting)
         want = [a for a in sorted(plan.resident | used, key=lambda a: (a not in used, a))
                 if a in used or (keep_for_reuse and problem.agents[a].reuse_n > 0)]
-        pin = self._safe_pins(view, problem, plan, want) if p.unpin_under_pressure else frozenset(want)
+        if p.unpin_under_pressure:
+            expected = {r.rid: self.est.output_tokens(r.agent, r.stage) for r in view.running}
+            pin = safe_pins(view, problem, plan.admit, [rid for _, rid in plan.blocked], want, expected)
+        else:
+            pin = frozenset(want)
         return Decision(admit=tuple(admit), pin=pin, preempt=tuple(plan.preempt), stop_at_first_misfit=p.stop_at_first_misfit)
-
-    def _safe_pins(self, view: SchedulerView, problem: Problem, plan, want: list[str]) -> frozenset[str]:
-        """A pin never holds memory a call needs (unpin under pressure, as SGLang's LRU would evict):
-        an idle prefix (no running call uses it) is pinned only while the pool, less the running
-        calls' KV and expected growth and the listed calls' KV and prefixes, still has room for it,
-        and never when nothing runs (the list is admitted at once; a pin could only keep its head
-        out). A running call that has outgrown its estimate is expected to generate as much again."""
-        if not view.running:
-            return frozenset()
-        in_use = {r.agent for r in view.running}
-        room = view.kv_capacity_tokens
-        for a in in_use:
-            ps = view.prefixes.get(a)
-            room -= ps.tokens if ps is not None else 0
-        for r in view.running:
-            y = self.est.output_tokens(r.agent, r.stage)
-            growth = y - r.generated_tokens if r.generated_tokens < y else r.generated_tokens
-            room -= r.dynamic_kv_tokens + int(growth)
-        listed = list(plan.admit) + [rid for _, rid in plan.blocked]
-        room -= sum(problem.request_tokens[rid] for rid in listed)
-        listed_agents = {problem.request_agent[rid] for rid in listed} - in_use
-        room -= sum(problem.agents[a].tokens for a in listed_agents)
-        pin = []
-        for a in want:
-            if a in in_use:
-                pin.append(a)
-                continue
-            need = 0 if a in listed_agents else problem.agents[a].tokens
-            if need <= room:
-                pin.append(a)
-                room -= need
-        return frozenset(pin)
 
     def _candidate_tasks(self, view: SchedulerView, waiting_by_task: dict[int, list[RequestInfo]]) -> set[int]:
         """Tasks whose waiting requests are scored this decision. Under a long queue, only the oldest
