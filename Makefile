@@ -25,6 +25,7 @@ run: $(STAMP)
 ## The default test suite, including the real SGLang server on CPU (installed by sglang-cpu;
 ## SKIP_SGLANG_CPU=1 skips that install, e.g. on a GPU machine with `make sglang-gpu`).
 test: $(STAMP) $(if $(SKIP_SGLANG_CPU),,sglang-cpu)
+	$(PY) -m ruff check .
 	$(if $(SKIP_SGLANG_CPU),,TOPAS_REQUIRE_SGLANG=1) $(PY) -m pytest $(ARGS)
 
 ## Simulator speed benchmark (simulated seconds per wall second).

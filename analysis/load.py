@@ -35,7 +35,7 @@ def _row(run_dir: Path) -> dict:
 def _frame(rows: list[dict]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     if len(df):
-        df["load_tag"] = [f"load{l:g}" if l == l and l is not None else f"rate{r:g}" for l, r in zip(df["load"], df["arrival_rate"])]
+        df["load_tag"] = [f"load{ld:g}" if ld == ld and ld is not None else f"rate{r:g}" for ld, r in zip(df["load"], df["arrival_rate"])]
     return df
 
 

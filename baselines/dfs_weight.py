@@ -39,7 +39,7 @@ nothing, so leaving them out changes no order.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 from baselines.lpm import sglang_queue_order
 from topas.policy import Decision, Policy, RequestInfo, SchedulerView, register_policy

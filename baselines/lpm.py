@@ -27,8 +27,8 @@ Source: `sglang/srt/managers/schedule_policy.py`, `SchedulePolicy.calc_priority`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from topas.policy import Decision, Policy, RequestInfo, SchedulerView, register_policy
 

@@ -28,8 +28,8 @@ call's true output length or future arrivals.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from topas.checks import check_ranges
 from topas.policy import Decision, Policy, RequestInfo, SchedulerView, register_policy

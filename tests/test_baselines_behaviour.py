@@ -4,8 +4,8 @@ import dataclasses
 import math
 
 import pytest
-
 from conftest import make_view, req_info
+
 from topas.policy import PrefixState, RequestFinished, RequestReady, TaskProgress, create_policy
 from topas.workflow import Agent, TemplateStage, WorkflowTemplate
 

@@ -6,9 +6,9 @@ import random
 
 import pytest
 import yaml
-
 from conftest import make_trace, random_agents, random_dag, run_sim
 from test_sim_engine import check_run
+
 from topas.policy import Policy, RequestFinished, RequestInfo, SchedulerView, create_policy
 from topas.workflow import CallNode, Workflow
 

@@ -1,6 +1,7 @@
 """FCFS and LPM reproduce SGLang 0.5.23's waiting-queue orderings."""
 
 from conftest import make_view, req_info
+
 from topas.policy import create_policy
 
 
@@ -31,6 +32,7 @@ def test_lpm_falls_back_to_fcfs_above_128_waiting():
 
 def test_lpm_beats_fcfs_on_cache_hits_in_the_simulator():
     from conftest import make_trace, run_sim
+
     from topas.engines.sim.records import sim_record
     from topas.workflow import Agent, CallNode, Workflow
 

@@ -7,15 +7,15 @@ simulator and the cost model price a batch by the envelope over its k longest re
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import engine_config, make_trace
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from conftest import engine_config, make_trace
 from topas.engines.latency.base import LatencyModel, decode_batch_time, top_context_means
 from topas.engines.latency.costs import LatencyCostModel
 from topas.engines.latency.factory import build_latency_model, load_gpu_spec, load_model_spec
@@ -29,14 +29,14 @@ PROFILE = ROOT / "analysis" / "results" / "fidelity" / "profile.json"
 PREDICTORS = ["aiconfigurator", "roofline", "profile"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def predictor(kind: str, m: str, g: str) -> LatencyModel:
     spec = load_model_spec(yaml.safe_load((ROOT / "conf" / "model" / f"{m}.yaml").read_text()))
     dev = load_gpu_spec(yaml.safe_load((ROOT / "conf" / "gpu" / f"{g}.yaml").read_text()))
     return build_latency_model(kind, spec, dev)
 
 
-@lru_cache(maxsize=None)
+@cache
 def latency(kind: str) -> LatencyModel:
     if kind == "profile":
         if not PROFILE.is_file():

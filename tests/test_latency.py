@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -50,17 +50,17 @@ AIC_TOL = 0.03  # the table is aiconfigurator's own output; only rounding and gr
 ROOF_TOL = 0.35
 
 
-@lru_cache(maxsize=None)
+@cache
 def model(name: str) -> ModelSpec:
     return load_model_spec(yaml.safe_load((CONF / "model" / f"{name}.yaml").read_text()))
 
 
-@lru_cache(maxsize=None)
+@cache
 def gpu(name: str) -> GpuSpec:
     return load_gpu_spec(yaml.safe_load((CONF / "gpu" / f"{name}.yaml").read_text()))
 
 
-@lru_cache(maxsize=None)
+@cache
 def predictor(kind: str, m: str, g: str) -> LatencyModel:
     return build_latency_model(kind, model(m), gpu(g))
 

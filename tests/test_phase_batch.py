@@ -6,11 +6,11 @@ import random
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-
 from conftest import make_trace, make_view, random_agents, random_dag, req_info, run_sim
+from hydra import compose, initialize_config_dir
 from test_baselines_blind import Recorder, _lengthen
 from test_sim_engine import check_run
+
 from baselines.phase_batch import PhaseBatch, phase_order
 from topas.policy import Decision, create_policy
 from topas.workflow import Agent, CallNode, Workflow

@@ -4,10 +4,10 @@ import io
 import random
 
 import pytest
+from conftest import chain_workflow, engine_config, make_trace, random_agents, random_dag, run_sim
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import chain_workflow, engine_config, make_trace, random_agents, random_dag, run_sim
 from topas.engines.sim.admission import AddResult, KVPool, PrefillBudget
 from topas.engines.sim.entities import TaskState, make_request
 from topas.engines.sim.radix import RadixCache

@@ -4,11 +4,11 @@ import math
 import random
 
 import pytest
+from conftest import make_trace, random_agents, random_dag, run_sim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import make_trace, make_view, random_agents, random_dag, req_info, run_sim
-from topas.policy import PrefixState, TaskProgress, create_policy
+from topas.policy import create_policy
 from topas.scheduler import score as S
 from topas.scheduler.progress import PathModel, TaskState, admission_chain, lse
 from topas.scheduler.search import AgentOption, Problem, RunningOption, feasible, greedy_pack, search
@@ -160,7 +160,6 @@ def test_aging_admits_an_old_task_over_a_stream_of_new_ones():
     """Only one request fits at a time. A new task's request gains more (Delta_new = 2 x Delta_old),
     but aging g = 1 + rho log(1 + age/H_age) overtakes that ratio once age > H (e^{(2-1)/rho} - 1):
     with rho=1, H=60 s, after ~103 s."""
-    from topas.scheduler.progress import TaskState
 
     def gains(now):
         old = S.aging(now, 0.0, 1.0, 60.0) * 1.0
@@ -188,8 +187,6 @@ def test_topas_never_exceeds_the_budget_and_finishes_everything_in_the_simulator
 def test_decisions_do_not_depend_on_true_output_lengths():
     """Two traces identical but for the true output lengths: every decision before the first
     call finishes must be identical (the policy cannot see what has not happened)."""
-    from topas.engines.sim.records import sim_record
-    from topas.workflow import CallNode, Workflow
     from conftest import chain_workflow
 
     class Recorder:

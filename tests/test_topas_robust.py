@@ -3,10 +3,10 @@
 import random
 
 import pytest
+from conftest import make_trace, random_agents, random_dag, run_sim
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import make_trace, random_agents, random_dag, run_sim
 from topas.engines.sim.engine import EngineStall
 from topas.scheduler.search import AgentOption, Problem, RunningOption, Weights, greedy_pack, score_state, search
 
@@ -21,12 +21,13 @@ STALL_TRACE = """\
 
 def _run_default_engine(trace_path, scheduler: str):
     """One run on the simulator's default engine and latency model (as run.py builds it)."""
+    from pathlib import Path
+
     from hydra import compose, initialize_config_dir
 
     import topas.config  # noqa: F401  (config resolvers)
-    from topas.runner import RunContext, prepare, run_sim as runner_run_sim
-
-    from pathlib import Path
+    from topas.runner import RunContext, prepare
+    from topas.runner import run_sim as runner_run_sim
 
     conf = str(Path(__file__).resolve().parents[1] / "conf")
     with initialize_config_dir(version_base=None, config_dir=conf):
@@ -109,6 +110,7 @@ def test_the_policy_lists_an_overdue_downstream_call_first_when_it_is_worth_more
     from dataclasses import replace
 
     from conftest import make_view, req_info
+
     from topas.policy import PrefixState, TaskProgress, create_policy
     from topas.workflow import Agent, TemplateStage, WorkflowTemplate
 

@@ -10,8 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from topas.workflow import SegmentRef, WorkflowError, validate_workflow
-from topas.workloads import GENERATORS, build_trace, dump_trace, load_trace, resolve_arrival_rate, warmup_task_ids
-from topas.workloads import metagpt
+from topas.workloads import build_trace, dump_trace, load_trace, metagpt, resolve_arrival_rate, warmup_task_ids
 from topas.workloads.sampling import MinMedMax
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "workload"

@@ -13,7 +13,7 @@ import difflib
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -30,10 +30,10 @@ class ConfigError(ValueError):
 class SimBackendConfig:
     name: str = "sim"
     latency: str = "aiconfigurator"  # aiconfigurator | roofline | auto | profile
-    latency_profile: Optional[str] = None  # profile file for latency=profile
-    kv_pool_tokens: Optional[int] = None  # override the pool derived from model + GPU
-    mem_fraction_static: Optional[float] = None  # SGLang --mem-fraction-static (None: SGLang's rule)
-    max_running_requests: Optional[int] = None  # None: SGLang's rule from the pool size
+    latency_profile: str | None = None  # profile file for latency=profile
+    kv_pool_tokens: int | None = None  # override the pool derived from model + GPU
+    mem_fraction_static: float | None = None  # SGLang --mem-fraction-static (None: SGLang's rule)
+    max_running_requests: int | None = None  # None: SGLang's rule from the pool size
     chunked_prefill_size: int = 8192
     max_prefill_tokens: int = 16384
     host_cache_ratio: float = 2.0  # HiCache host pool / device pool; 0 disables the host tier
@@ -43,7 +43,7 @@ class SimBackendConfig:
     decision_cost_s: float = 0.0
     # a real server's client path (topas.engines.sim.config.ClientPath; keys submit, submit_per_token,
     # return, dispatch, dispatch_per_token); None: the latency profile's with latency=profile, else none
-    client_latency: Optional[dict[str, float]] = None
+    client_latency: dict[str, float] | None = None
 
 
 # Ranges of the sim backend's numbers (topas.checks rules; None is always allowed for an Optional field).
@@ -70,7 +70,7 @@ class LoggerConfig:
     kind: str = "none"  # none | wandb
     mode: str = "offline"  # wandb: offline | online | disabled
     project: str = "topas-harness"
-    entity: Optional[str] = None
+    entity: str | None = None
     tags: list[str] = field(default_factory=list)
 
 
@@ -109,7 +109,7 @@ def _int_fields(schema: type) -> set[str]:
         hints = typing.get_type_hints(schema)
     except Exception:  # noqa: BLE001 - unresolvable annotations: no conversion
         return set()
-    return {f.name for f in dataclasses.fields(schema) if hints.get(f.name) in (int, Optional[int])}
+    return {f.name for f in dataclasses.fields(schema) if hints.get(f.name) in (int, int | None)}
 
 
 def _integral_floats_as_ints(node: Any, schema: type) -> Any:

@@ -10,9 +10,10 @@ import importlib
 import logging
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
@@ -92,7 +93,7 @@ def run_sim(ctx: RunContext) -> tuple[RunRecord, float]:
     return sim_record(engine, ctx.warmup_fraction), engine.stats.wall_s
 
 
-def check_sim(plan: "RunPlan") -> None:
+def check_sim(plan: RunPlan) -> None:
     """A call that can never fit the simulated pool is a ConfigError before the run, not a stall."""
     from topas.engines.sim.fit import check_engine_fits
 
@@ -100,7 +101,7 @@ def check_sim(plan: "RunPlan") -> None:
 
 
 # backend name -> checks of a prepared run before anything executes
-BACKEND_CHECKS: dict[str, Callable[["RunPlan"], None]] = {"sim": check_sim}
+BACKEND_CHECKS: dict[str, Callable[[RunPlan], None]] = {"sim": check_sim}
 # backend name -> "module:function" taking a RunContext, imported on use (a real engine is an optional install)
 BACKENDS: dict[str, str] = {"sim": "topas.runner:run_sim", "sglang": "topas.engines.sglang.backend:run_sglang"}
 

@@ -17,9 +17,10 @@ progress of each task. Nothing here imports an engine.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterable, Literal, Mapping
+from typing import Literal
 
 import networkx as nx
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-
 from sglang_support import require_sglang  # noqa: E402
 
 require_sglang()
@@ -30,8 +29,8 @@ from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 from topas.engines.sglang import adapter as A  # noqa: E402
 from topas.engines.sglang import cache_probe as P  # noqa: E402
 from topas.engines.sglang import hints as H  # noqa: E402
-from topas.engines.sglang.costs import LinearCostModel  # noqa: E402
 from topas.engines.sglang.controller import Controller  # noqa: E402
+from topas.engines.sglang.costs import LinearCostModel  # noqa: E402
 from topas.engines.sglang.jsonl import DecisionLog  # noqa: E402
 from topas.policy import Decision, Policy  # noqa: E402
 from topas.policy.events import RequestFinished, RequestReady, TaskArrived  # noqa: E402

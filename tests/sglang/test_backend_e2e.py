@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from sglang_support import REQUEST_COLUMNS, ROOT, TASK_COLUMNS, compose_cfg, require_sglang  # noqa: E402
 
 require_sglang()

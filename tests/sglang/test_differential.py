@@ -40,12 +40,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
 from sglang_support import require_sglang
 
 require_sglang()
 
 import torch  # noqa: E402
+from conftest import make_view  # noqa: E402
 from sglang.srt.managers import schedule_policy  # noqa: E402
 from sglang.srt.managers.schedule_batch import Req  # noqa: E402
 from sglang.srt.managers.schedule_policy import SchedulePolicy  # noqa: E402
@@ -59,7 +59,6 @@ from sglang.srt.mem_cache.unified_cache.components import ComponentType  # noqa:
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 
-from conftest import make_view  # noqa: E402
 from topas.engines.sim.radix import RadixCache, Run, truncate_runs  # noqa: E402
 from topas.engines.sim.view import waiting_infos  # noqa: E402
 from topas.policy import RequestInfo, create_policy  # noqa: E402
@@ -489,7 +488,6 @@ def test_stock_defaults():
     """The configured baselines are SGLang's defaults (schedule_policy.py constants)."""
     import sglang.srt.managers.schedule_policy as sp
     from omegaconf import OmegaConf
-
     from sglang_support import CONF
 
     lpm = OmegaConf.load(f"{CONF}/scheduler/lpm.yaml").params

@@ -74,7 +74,7 @@ def test_simulator_and_real_server_agree_on_order_lengths_and_hits(result):
     assert r["prefix_hit_tokens"].sum() > 0  # agent prefixes are reused from the second task on
     # within each task both engines release the calls in the same dependency order
     for tid in r.index.get_level_values(0).unique():
-        order = lambda df: [n for n in df.loc[tid].sort_values("ready").index if n in ("s", "j")]  # noqa: E731
+        order = lambda df, tid=tid: [n for n in df.loc[tid].sort_values("ready").index if n in ("s", "j")]  # noqa: E731
         assert order(r) == order(s) == ["s", "j"]
 
 

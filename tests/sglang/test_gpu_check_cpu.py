@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from sglang_support import require_sglang  # noqa: E402
 
 require_sglang()

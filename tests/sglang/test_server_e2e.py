@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from sglang_support import ROOT as REPO  # noqa: E402
 from sglang_support import require_sglang
 
@@ -22,10 +21,10 @@ require_sglang()
 from topas.engines.sglang.driver import DriverConfig, run_trace_sync  # noqa: E402
 from topas.engines.sglang.processes import processes_alive  # noqa: E402
 from topas.engines.sglang.server import (  # noqa: E402
-    SGLangNotInstalled,
-    SGLangServer,
     ServerConfig,
     ServerStartError,
+    SGLangNotInstalled,
+    SGLangServer,
     check_sglang_importable,
 )
 from topas.workflow import Agent, CallNode, SegmentRef, Task, Trace, Workflow, template_of  # noqa: E402

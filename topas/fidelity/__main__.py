@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
 
 from topas.fidelity.validate import CPU_WORKLOADS, GPU_WORKLOADS, ROOT, Setup
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from topas.fidelity.metrics import METRICS, task_jct
 

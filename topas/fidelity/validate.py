@@ -27,9 +27,10 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,7 +124,7 @@ def measure_profile(s: Setup, out: Path) -> Path:
     from topas.engines.latency.factory import load_model_spec
     from topas.engines.sglang import profile as P
     from topas.engines.sglang.backend_config import model_dir, server_args
-    from topas.engines.sglang.server import SGLangServer, ServerConfig
+    from topas.engines.sglang.server import ServerConfig, SGLangServer
 
     b = backend_config(s)
     model = load_model_spec(compose([f"model={s.model}"]).model)

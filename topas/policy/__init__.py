@@ -6,7 +6,7 @@ registry from config name to policy class. Policies import only this package and
 from topas.policy.decision import Decision
 from topas.policy.events import Event, RequestFinished, RequestReady, TaskArrived
 from topas.policy.registry import Policy, UnknownPolicyError, create_policy, policy_names, register_policy
-from topas.policy.view import CostModel, PrefixState, Residency, RequestInfo, SchedulerView, TaskProgress
+from topas.policy.view import CostModel, PrefixState, RequestInfo, Residency, SchedulerView, TaskProgress
 
 __all__ = [
     "CostModel",

@@ -10,7 +10,7 @@ times until it has, and at least as often as calls are visibly waiting or runnin
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from topas.policy.estimates import ServiceEstimator
 from topas.policy.view import CostModel, RequestInfo, SchedulerView, TaskProgress

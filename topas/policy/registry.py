@@ -13,7 +13,8 @@ import math
 import types
 import typing
 from abc import ABC, abstractmethod
-from typing import Any, Callable, ClassVar, Mapping, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
 
 from topas.checks import RangeError, integral, is_number
 from topas.policy.decision import Decision
@@ -46,7 +47,7 @@ class Policy(ABC):
     def __init__(self, params: Any = None) -> None:
         self.params = params if params is not None else self.Params()
 
-    def on_event(self, event: Event) -> None:
+    def on_event(self, event: Event) -> None:  # noqa: B027 - an optional hook, not abstract
         """Learn from an event (task arrival, request ready / finished). Default: ignore."""
 
     @abstractmethod

@@ -7,9 +7,10 @@ needs output lengths learns them online from `RequestFinished` events.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Mapping, Protocol
+from typing import Protocol
 
 from topas.workflow import WorkflowTemplate
 

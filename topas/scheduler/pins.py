@@ -3,7 +3,7 @@ SGLang's LRU would evict)."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from topas.policy import SchedulerView
 from topas.scheduler.search import Problem

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 from topas.workflow import WorkflowTemplate
 
@@ -57,7 +57,7 @@ class TaskState:
         object.__setattr__(self, "waiting", dict(self.waiting_items))
 
     @classmethod
-    def of(cls, base: Mapping[str, float], waiting: Mapping[str, int], wait_s: float, tau: float) -> "TaskState":
+    def of(cls, base: Mapping[str, float], waiting: Mapping[str, int], wait_s: float, tau: float) -> TaskState:
         return cls(tuple(sorted(base.items())), tuple(sorted(waiting.items())), wait_s, tau)
 
 

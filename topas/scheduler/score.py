@@ -8,7 +8,7 @@ Each term is a pure function so it can be unit-tested and switched off for ablat
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def aging(now: float, arrival: float, rho: float, h_age: float) -> float:

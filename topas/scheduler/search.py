@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 from topas.scheduler import score as S
 

@@ -317,7 +317,7 @@ class Topas(Policy):
             if all(rem.get(d, 0) <= 0 or active.get(d, 0) for d in tpl.stages[c].deps):
                 reuse_n[tpl.stages[c].agent] += 1
 
-    def _problem(self, view: SchedulerView, waiting_by_task, reuse_n: Counter, chain, ctx: "_Context") -> Problem:
+    def _problem(self, view: SchedulerView, waiting_by_task, reuse_n: Counter, chain, ctx: _Context) -> Problem:
         p = self.params
         costs = view.costs
         forced = {r.agent for r in view.running}
@@ -354,7 +354,7 @@ class Topas(Policy):
         """d_r at completion: own prompt suffix + (estimated) output, beyond the shared prefix."""
         return int(r.prompt_tokens - r.prefix_tokens + max(self.est.output_tokens(r.agent, r.stage), r.generated_tokens))
 
-    def _running_options(self, ctx: "_Context") -> list[RunningOption]:
+    def _running_options(self, ctx: _Context) -> list[RunningOption]:
         """Preemption candidates with their cost J_redo + J_revoke. The revoked credit is the
         larger of the credit recorded at admission (rescaled to the current W and aging) and
         what the request's progress is worth now (its task's path grows by that much if it
@@ -375,7 +375,7 @@ class Topas(Policy):
             out.append(RunningOption(r.rid, r.task_id, kv, cost, order_key=(redo + self.credit.get(r.rid, 0.0)) / max(kv, 1)))
         return out
 
-    def _victim_gain(self, ctx: "_Context", r: RequestInfo) -> float:
+    def _victim_gain(self, ctx: _Context, r: RequestInfo) -> float:
         """Delta_task of re-admitting r if it were sent back to waiting (unweighted seconds)."""
         view = ctx.view
         prog = view.tasks.get(r.task_id)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 

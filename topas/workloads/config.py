@@ -14,8 +14,9 @@ Keys of a workload config (all validated here, one-line ValueError on any proble
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class WorkloadConfig:
     params: dict = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, cfg: Any) -> "WorkloadConfig":
+    def parse(cls, cfg: Any) -> WorkloadConfig:
         d = _plain(cfg)
         unknown = sorted(set(d) - set(TOP_LEVEL_KEYS))
         if unknown:

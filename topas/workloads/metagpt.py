@@ -30,10 +30,10 @@ TL (MetaGPT HEAD, MGX): see `tl.nine_stage_mapping` in the data file.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
 
 from topas.workloads.sampling import Categorical, MinMedMax, rsp_stat
 

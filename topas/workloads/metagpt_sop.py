@@ -15,7 +15,8 @@ LGTM (no rewrite), as in the six replays.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

@@ -16,7 +16,8 @@ and the review stage tl4 (not in the replay).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

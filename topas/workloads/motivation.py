@@ -9,7 +9,8 @@ two prefixes = 16,384 leave ~5.6k for requests (~7 calls of 768); one leaves ~13
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from topas.workflow import Agent, CallNode, Task, Trace, Workflow, WorkflowTemplate, template_of
 from topas.workloads.arrivals import poisson_arrivals, streams

@@ -10,8 +10,8 @@ token counts. Values are rounded to integers (>= 1). min == max gives a constant
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -27,14 +27,14 @@ class MinMedMax:
             raise ValueError(f"need 0 < min <= median <= max, got {self.min}, {self.median}, {self.max}")
 
     @classmethod
-    def of(cls, values: Iterable[float]) -> "MinMedMax":
+    def of(cls, values: Iterable[float]) -> MinMedMax:
         v = sorted(float(x) for x in values)
         if not v:
             raise ValueError("no values")
         return cls(v[0], float(np.median(v)), v[-1])
 
     @classmethod
-    def from_mapping(cls, m: Mapping[str, float]) -> "MinMedMax":
+    def from_mapping(cls, m: Mapping[str, float]) -> MinMedMax:
         """From a replay-summary entry {'min', 'median', 'max', ...}."""
         return cls(m["min"], m["median"], m["max"])
 

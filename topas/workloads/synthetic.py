@@ -13,7 +13,8 @@ Nothing is random except the arrivals.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

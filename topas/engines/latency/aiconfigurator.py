@@ -42,9 +42,9 @@ import bisect
 import contextlib
 import logging
 import math
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 

@@ -9,8 +9,8 @@ default), an analytic roofline (fallback), and a measured profile (fidelity).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from topas.engines.latency.base import LatencyModel, decode_batch_time, top_context_means
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Callable, Mapping
 from importlib import import_module
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from topas.checks import check_range, integral, number
 from topas.engines.latency.base import GpuSpec, LatencyModel, ModelSpec

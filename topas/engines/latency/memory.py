@@ -170,9 +170,9 @@ def max_running_requests(kv_tokens: int, context_len: int, requested: int | None
 
 
 def _table() -> str:  # pragma: no cover - documentation helper
-    from topas.engines.latency.factory import load_gpu_spec, load_model_spec, repo_conf_dir
-
     import yaml
+
+    from topas.engines.latency.factory import load_gpu_spec, load_model_spec, repo_conf_dir
 
     conf = repo_conf_dir()
     rows = ["model          GPU          mem_frac  weights_GiB  KV_GiB   KV_tokens  max_running"]

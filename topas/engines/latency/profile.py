@@ -55,9 +55,10 @@ from __future__ import annotations
 import bisect
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.optimize import isotonic_regression
@@ -121,7 +122,7 @@ class Table2D:
     slope_y: np.ndarray  # len(xs): d/dy beyond the last y (non-negative, non-decreasing in x)
 
     @classmethod
-    def build(cls, xs: Sequence[float], ys: Sequence[float], seconds: Any, where: str) -> "Table2D":
+    def build(cls, xs: Sequence[float], ys: Sequence[float], seconds: Any, where: str) -> Table2D:
         xa, ya = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
         grid = np.array([[math.nan if v is None else float(v) for v in row] for row in seconds], dtype=float)
         grid = _fill_missing(xa, ya, grid, where)
@@ -252,7 +253,7 @@ class ProfileLatency(LatencyModel):
         self.source = source
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "ProfileLatency":
+    def from_file(cls, path: str | Path) -> ProfileLatency:
         p = Path(path)
         try:
             data = json.loads(p.read_text(encoding="utf-8"))

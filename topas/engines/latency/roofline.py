@@ -33,8 +33,8 @@ Speed: pure arithmetic, ~1.5M decode / ~0.7M 4-request prefill predictions per s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 from topas.engines.latency.base import ExtendItem, GpuSpec, LatencyModel, ModelSpec
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from topas.engines.sglang.cache_probe import CacheProbe
 from topas.engines.sglang.hints import WorkflowHint
@@ -138,7 +139,7 @@ def prefix_states(
 
 
 def task_progress(
-    tasks: Mapping[int, "TaskRecord"], waiting: Iterable[RequestInfo], running: Iterable[RequestInfo], now: float
+    tasks: Mapping[int, TaskRecord], waiting: Iterable[RequestInfo], running: Iterable[RequestInfo], now: float
 ) -> dict[int, TaskProgress]:
     run_by: dict[int, list[RequestInfo]] = {}
     wait_by: dict[int, list[str]] = {}

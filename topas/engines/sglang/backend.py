@@ -166,10 +166,10 @@ def run_sglang(ctx) -> tuple[RunRecord, float]:
     from topas.engines.sglang.records import sglang_record
     from topas.engines.sglang.scaling import scale_trace
     from topas.engines.sglang.server import (
+        ServerConfig,
         SGLangNotInstalled,
         SGLangServer,
         SGLangServerError,
-        ServerConfig,
         check_sglang_importable,
     )
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from topas.config import ConfigError
 
@@ -24,30 +24,30 @@ CPU_DEFAULT_POOL = 4096  # --max-total-tokens of the CPU profile when unset (DES
 class SGLangBackendConfig:
     name: str = "sglang"
     profile: str = "auto"  # auto | cpu | gpu (auto: gpu when nvidia-smi lists a GPU)
-    model_path: Optional[str] = None  # None: dummy weights from the model config's hf_config folder
-    load_format: Optional[str] = None  # None: "dummy" without model_path, "auto" with it
-    dtype: Optional[str] = None  # SGLang --dtype (None: the model's)
-    max_total_tokens: Optional[int] = None  # KV pool (tokens); None: SGLang sizes it (cpu profile: 4096)
-    mem_fraction_static: Optional[float] = None
-    chunked_prefill_size: Optional[int] = None
-    max_running_requests: Optional[int] = None
+    model_path: str | None = None  # None: dummy weights from the model config's hf_config folder
+    load_format: str | None = None  # None: "dummy" without model_path, "auto" with it
+    dtype: str | None = None  # SGLang --dtype (None: the model's)
+    max_total_tokens: int | None = None  # KV pool (tokens); None: SGLang sizes it (cpu profile: 4096)
+    mem_fraction_static: float | None = None
+    chunked_prefill_size: int | None = None
+    max_running_requests: int | None = None
     schedule_policy: str = "fcfs"  # SGLang's own queue order, before the plugin rewrites it
     enable_hierarchical_cache: bool = False  # HiCache host tier (CUDA only)
-    hicache_ratio: Optional[float] = None  # host pool / device pool (SGLang default 2.0)
+    hicache_ratio: float | None = None  # host pool / device pool (SGLang default 2.0)
     tp_size: int = 1  # the plugin runs one policy per scheduler process: only 1 is supported
     extra_args: list[str] = field(default_factory=list)  # more sglang.launch_server args, verbatim
-    token_scale: Optional[float] = None  # x every prefix/input/output length; None: automatic (scaling.py)
+    token_scale: float | None = None  # x every prefix/input/output length; None: automatic (scaling.py)
     time_scale: float = 1.0  # x arrival times and client gaps
     hint_channel: str = "kv_hints"  # kv_hints | custom_params | both
     stream: bool = False  # stream answers (client-side first-token times; more server work)
     warmup_requests: int = 2  # before the replay, invisible to the policy; then the cache is flushed
     decision_trigger: str = "change"  # plugin: change | pass
-    cost_model: Optional[dict[str, Any]] = None  # LinearCostModel fields; None: cpu defaults / fitted on gpu
+    cost_model: dict[str, Any] | None = None  # LinearCostModel fields; None: cpu defaults / fitted on gpu
     latency: str = "auto"  # latency predictor the gpu cost model is fitted from
     startup_timeout_s: float = 900.0
     request_timeout_s: float = 3600.0
-    replay_timeout_s: Optional[float] = None  # whole replay; None: no limit
-    python: Optional[str] = None  # interpreter with sglang (None: this one)
+    replay_timeout_s: float | None = None  # whole replay; None: no limit
+    python: str | None = None  # interpreter with sglang (None: this one)
     reuse_server: bool = False  # keep the server up for the next run of this process (same server options)
 
 

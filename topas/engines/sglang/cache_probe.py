@@ -4,8 +4,9 @@ legacy `RadixCache`), without importing either at module level."""
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 
 @dataclass

@@ -16,8 +16,9 @@ import logging
 import os
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
 from topas.engines.sglang.adapter import (
     EngineCapacity,

@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 ENV_COST_MODEL = "TOPAS_COST_MODEL"  # JSON object or a path to a JSON file
 

@@ -26,9 +26,10 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -34,8 +34,9 @@ import math
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 # nvidia-smi name fragment -> conf/gpu/<name>.yaml
 GPU_NAMES = (("H200", "h200"), ("H100", "h100_80gb"), ("A100", "a100_80gb"))

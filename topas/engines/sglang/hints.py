@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from topas.workflow import Agent, TemplateStage, WorkflowTemplate
 
@@ -82,7 +83,7 @@ class WorkflowHint:
         return p
 
     @classmethod
-    def from_payload(cls, p: Mapping[str, Any]) -> "WorkflowHint":
+    def from_payload(cls, p: Mapping[str, Any]) -> WorkflowHint:
         if not isinstance(p, Mapping):
             raise HintError(f"{CUSTOM_PARAMS_KEY} payload must be an object, got {type(p).__name__}")
         missing = [k for k in ("task_id", "node", "agent", "task_arrival", "prefix_tokens") if k not in p]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from topas.engines.sglang.adapter import pin_changes
 from topas.engines.sglang.cache_probe import CacheProbe, PinHandle

@@ -10,8 +10,9 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from topas.engines.sglang.hints import template_from_json
 from topas.policy.registry import Policy, create_policy

@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def stop_process_group(proc: subprocess.Popen, grace_s: float) -> None:

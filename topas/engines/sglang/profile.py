@@ -49,10 +49,11 @@ import json
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from topas.engines.latency.profile import FORMAT
 from topas.engines.sglang.profile_io import Client, IterationTail, ProfileRunError, median_or_none, server_facts
@@ -322,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             import tempfile
 
-            from topas.engines.sglang.server import TINY_CPU_MODEL, SGLangServer, ServerConfig
+            from topas.engines.sglang.server import TINY_CPU_MODEL, ServerConfig, SGLangServer
 
             work = Path(tempfile.mkdtemp(prefix="topas-profile-"))
             model = Path(a.model_path) if a.model_path else TINY_CPU_MODEL

@@ -9,8 +9,9 @@ import statistics
 import time
 import urllib.request
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from topas.engines.sglang.driver import segment_token_ids
 

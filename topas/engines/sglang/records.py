@@ -28,7 +28,8 @@ Column semantics where the real engine differs from the simulator:
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 

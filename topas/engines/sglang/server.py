@@ -30,9 +30,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from topas.engines.sglang import plugin_env as _env
 from topas.engines.sglang.processes import descendants, die_with_parent, stop_process_group
@@ -216,7 +217,7 @@ class SGLangServer:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def start(self) -> "SGLangServer":
+    def start(self) -> SGLangServer:
         cfg = self.config
         check_sglang_importable(cfg.python)
         model = Path(cfg.model_path)
@@ -356,7 +357,7 @@ class SGLangServer:
             atexit.unregister(self.stop)
             self._atexit_registered = False
 
-    def __enter__(self) -> "SGLangServer":
+    def __enter__(self) -> SGLangServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

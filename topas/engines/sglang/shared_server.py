@@ -14,9 +14,10 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 LOG_FILES = (("server", "log"), ("decisions", "jsonl"), ("iterations", "jsonl"))
 

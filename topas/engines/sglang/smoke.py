@@ -18,7 +18,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from topas.engines.sglang.server import TINY_CPU_MODEL, SGLangServer, ServerConfig
+from topas.engines.sglang.server import TINY_CPU_MODEL, ServerConfig, SGLangServer
 
 
 def _generate(base: str, ids: list[int], n: int) -> dict:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 from topas.engines.latency.costs import transfer_seconds
 
@@ -31,7 +32,7 @@ class ClientPath:
             raise ValueError(f"engine.client: every term must be >= 0, got {self}")
 
     @classmethod
-    def from_mapping(cls, m: Mapping[str, Any] | None) -> "ClientPath":
+    def from_mapping(cls, m: Mapping[str, Any] | None) -> ClientPath:
         """From the keys of a latency profile's `request_latency_s` (unknown keys: an error)."""
         m = dict(m or {})
         unknown = sorted(set(m) - set(cls.KEYS))

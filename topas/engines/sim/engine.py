@@ -20,8 +20,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import time as wallclock
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from topas.engines.latency.base import LatencyModel, decode_batch_time, top_context_means
 from topas.engines.sim.admission import AddResult, KVPool, PrefillBudget

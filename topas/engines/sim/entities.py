@@ -8,7 +8,7 @@ from enum import Enum
 
 from topas.engines.sim.radix import Node, Run, runs_of
 from topas.policy.view import RequestInfo, TaskProgress
-from topas.workflow import Task, SegmentRef, task_segment_id
+from topas.workflow import SegmentRef, Task, task_segment_id
 
 
 class ReqState(Enum):

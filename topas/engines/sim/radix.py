@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 Run = tuple[str, int, int]  # (segment id, start, length)
 

@@ -9,7 +9,7 @@ unlocked subtree to the host tier / entirely.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from topas.engines.sim.admission import KVPool
 from topas.engines.sim.config import SimEngineConfig

@@ -27,7 +27,8 @@ probe does). Simplification: SGLang refreshes so every 32nd pass
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from topas.engines.sim.radix import RadixCache
 from topas.policy import RequestInfo, SchedulerView

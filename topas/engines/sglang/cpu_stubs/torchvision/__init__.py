@@ -27,7 +27,7 @@ class _Placeholder:
     def __init__(self, name: str) -> None:
         self._name = name
 
-    def __getattr__(self, item: str) -> "_Placeholder":
+    def __getattr__(self, item: str) -> _Placeholder:
         if item.startswith("__"):
             raise AttributeError(item)
         return _Placeholder(f"{self._name}.{item}")
