@@ -1,7 +1,7 @@
 """TOPAS task progress model: expected longest remaining path of a task and the
-conditional progress of admitting one of its requests (DESIGN.md section 2).
+conditional progress of admitting one of its requests (docs/topas.md).
 
-Reading of the admission gain (DESIGN.md section 2 leaves it open; we implement
+Reading of the admission gain (docs/topas.md: the paper leaves it open; we implement
 reading (a)): a ready call that is not admitted first waits an expected queueing delay
 W before its service starts; an admitted one does not. So
 
@@ -16,7 +16,7 @@ smooth maximum, log-sum-exp with temperature tau (the spread of the path lengths
 E[max] of noisy path lengths exceeds the max of their means, and the LSE keeps that
 property. It also resolves ties: with two equal parallel branches admitting one branch
 gains tau*(log 2 - log(1 + exp(-W/tau))) > 0, the second the rest of W, so progress
-is preferred over idling even for deterministic workloads (DESIGN.md section 9).
+is preferred over idling even for deterministic workloads (docs/policy_contract.md).
 Computed in reverse topological order, O(stages) per evaluation.
 """
 

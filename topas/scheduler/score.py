@@ -1,6 +1,6 @@
-"""The terms of TOPAS's score of a post-decision state, all in seconds (DESIGN.md section 2):
+"""The terms of TOPAS's score of a post-decision state, all in seconds (docs/topas.md):
 
-    Score = J_admit - J_move - J_redo - J_revoke + V_reuse
+    Score = J_admit - J_move - J_redo - J_revoke + V_reuse - J_batch
 
 Each term is a pure function so it can be unit-tested and switched off for ablations.
 """
@@ -8,7 +8,7 @@ Each term is a pure function so it can be unit-tested and switched off for ablat
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 def aging(now: float, arrival: float, rho: float, h_age: float) -> float:
@@ -23,7 +23,7 @@ def j_admit(gains: Iterable[tuple[float, float]]) -> float:
 
 def j_move(moves: Iterable[tuple[float, int]]) -> float:
     """Prefix movement: items are (seconds to move one prefix in or out, tasks it affects).
-    The transfer delays each affected task once (DESIGN.md section 2: charged once per affected task)."""
+    The transfer delays each affected task once (docs/topas.md: charged once per affected task)."""
     return sum(t * max(n, 1) for t, n in moves)
 
 
@@ -40,3 +40,16 @@ def j_revoke(credits: Iterable[float]) -> float:
 def v_reuse(resident: Iterable[tuple[int, float]], beta: float) -> float:
     """beta x sum over kept prefixes of (one-hop downstream stages about to become ready) x reload seconds."""
     return beta * sum(n * t for n, t in resident)
+
+
+
+def j_batch(pending_gains: Sequence[float], call_tokens: float, free_tokens: float) -> float:
+    """The batch consequence of a state (docs/topas.md, "Consolidation"): the calls of the agents it holds
+    resident that are pending now or about to become ready (`pending_gains`, their gains) would need
+    `call_tokens` each; those the KV left free cannot hold are crowded out, valued at their mean gain.
+    Every prefix a state opens takes its tokens from that room, so the cost grows with each one."""
+    n = len(pending_gains)
+    if not n:
+        return 0.0
+    crowded = min(float(n), max(n * call_tokens - free_tokens, 0.0) / call_tokens)
+    return crowded * sum(pending_gains) / n

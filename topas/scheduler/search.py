@@ -1,4 +1,4 @@
-"""TOPAS search over post-decision states (DESIGN.md section 2).
+"""TOPAS search over post-decision states (docs/topas.md).
 
 A candidate state is a resident prefix set R' plus the requests admitted under it.
 `greedy_pack` fills R' with admissions by largest age-weighted conditional progress
@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from topas.scheduler import score as S
+from topas.scheduler.batch import BatchPricing
 
 Chain = Sequence[tuple[str, float]]  # [(rid, age-weighted marginal gain)] of one task, in admission order
 
@@ -76,7 +77,20 @@ class Problem:
     weights: Weights = field(default_factory=Weights)
     running: Callable[[], Sequence[RunningOption]] | None = None  # preemption candidates, computed on demand
     overdue: frozenset[int] = frozenset()  # tasks with a call waiting well beyond W: scored outside R' too
+    batch: BatchPricing | None = None  # J_batch on (None: off)
+    service_s: Mapping[str, float] = field(default_factory=dict)  # expected service of each waiting request
     _victims: list[RunningOption] | None = field(default=None, init=False, repr=False)
+    _locked_demand: list[tuple[float, str]] | None = field(default=None, init=False, repr=False)
+
+    def batch_locked(self) -> frozenset[str]:
+        return frozenset(a for a, o in self.agents.items() if o.forced)
+
+    def locked_demand(self) -> list[tuple[float, str]]:
+        """(gain, rid) of every scored waiting call, largest gain first: what an opened prefix's room could serve."""
+        if self._locked_demand is None:
+            items = [(g, rid) for t, ags in self.task_agents.items() if ags for rid, g in self.chain(t, ags)]
+            self._locked_demand = sorted(items, key=lambda x: -x[0])
+        return self._locked_demand
 
     def victims(self) -> list[RunningOption]:
         """Preemption candidates, cheapest per freed token first (computed once per decision)."""
@@ -165,7 +179,24 @@ def _score(p: Problem, resident: frozenset[str], admit: list[str], gains: Mappin
         total -= S.j_move(moves)
     if w.reuse:
         total += S.v_reuse(((p.agents[a].reuse_n, p.agents[a].reload_s) for a in resident), w.beta)
+    if p.batch is not None:
+        total -= _j_batch(p, admit, mem)
     return total
+
+
+def _j_batch(p: Problem, admit: list[str], mem: int) -> float:
+    """J_batch of a state: the calls of the agents locked by running calls that are pending, or become
+    ready while the prefixes the state opens stay locked, and that the KV it leaves free cannot hold."""
+    locked = p.batch_locked()
+    hold_s = p.batch.call_s
+    for rid in admit:
+        if p.request_agent[rid] not in locked:
+            hold_s = max(hold_s, p.service_s.get(rid, 0.0))
+    taken = set(admit)
+    gains = [g for g, rid in p.locked_demand() if rid not in taken and p.request_agent[rid] in locked]
+    expected = sum(p.batch.ready_rate.get(a, 0.0) for a in locked) * hold_s
+    gains += [p.batch.expected_gain] * int(round(expected))
+    return S.j_batch(gains, p.batch.call_tokens, p.budget - mem)
 
 
 score_state = _score  # the score of a state, in one place (tests call it directly)

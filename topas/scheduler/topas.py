@@ -1,4 +1,4 @@
-"""TOPAS: workflow-aware prefix-state scheduling (the policy wiring; DESIGN.md section 2).
+"""TOPAS: workflow-aware prefix-state scheduling (the policy wiring; docs/topas.md).
 
 At each decision the policy builds, from the engine-neutral view, a `Problem`:
 - per task, the path model state (stage service estimates learned online, running
@@ -17,6 +17,9 @@ agents. The decision admits the chosen requests first, then (work-conserving) ev
 waiting request by gain, aging and ready time; the engine skips what does not fit. It pins the
 prefixes R' holds for a purpose, but an idle prefix only in memory that no running or listed
 call is expected to need (`pins.safe_pins`): a pin never holds out the call it was meant to serve.
+With `use_batch` (off by default; docs/topas.md, "Consolidation") the score also charges J_batch, the
+calls of the held agents that the prefixes a state opens crowd out, and agents the plan does not hold
+are deferred rather than opened by the fill.
 
 Estimates only: output lengths and service times come from `ServiceEstimator`
 (finished calls, workload-independent prior); W is learned from observed queueing delays.
@@ -27,13 +30,15 @@ from __future__ import annotations
 from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass
 
-from topas.policy import Decision, Policy, RequestFinished, RequestInfo, Residency, SchedulerView, register_policy
+from topas.policy import Decision, Policy, RequestFinished, RequestInfo, RequestReady, Residency, SchedulerView, register_policy
 from topas.policy.estimates import Prior, ServiceEstimator
 from topas.policy.progress import active_stage_counts, remaining_calls
 from topas.scheduler import score as S
+from topas.scheduler.batch import BatchPricing, ReadyRates
 from topas.scheduler.pins import safe_pins
+from topas.scheduler.preemption import DecisionContext, PreemptionCosts
 from topas.scheduler.progress import PathModel, TaskState, admission_chain
-from topas.scheduler.search import AgentOption, Problem, RunningOption, Weights, search
+from topas.scheduler.search import AgentOption, Problem, Weights, search
 from topas.workflow import WorkflowTemplate
 
 _TYPICAL_CONTEXT = 4096
@@ -60,13 +65,15 @@ class TopasParams:
     use_revoke: bool = True
     tie_temperature: float = 0.25  # smooth-max temperature as a fraction of W
     wait_ewma: float = 0.2  # smoothing of the observed queueing delay W
-    prior_output_tokens: float = 256.0  # workload-independent prior (DESIGN.md section 9)
+    prior_output_tokens: float = 256.0  # workload-independent prior (docs/policy_contract.md)
     work_conserving: bool = True  # after scored admissions, offer every other waiting request
     preempt_margin: float = 0.5  # hysteresis: preempt only for a gain above (1 + margin) x (redo + revoke)
     stop_at_first_misfit: bool = True  # stop the admission walk at a misfit (tuned; False = the contract's skip)
     score_overdue: bool = True  # a task whose call is overdue competes by its gain even outside R'
     overdue_factor: float = 2.0  # overdue: waiting longer than this many times max(W, the call's expected service)
     unpin_under_pressure: bool = True  # pin an idle prefix only in memory no running or listed call is expected to need
+    use_batch: bool = False  # J_batch: opening a prefix is charged the calls of locked agents it crowds out;
+    # calls of agents outside R' are then deferred (not offered to the work-conserving fill)
 
     def __post_init__(self) -> None:
         from topas.checks import check_ranges  # a RangeError names the field (scheduler.params.<field> at start)
@@ -88,7 +95,7 @@ class _LRU(OrderedDict):
 
 
 @register_policy("topas")
-class Topas(Policy):
+class Topas(PreemptionCosts, Policy):
     """Full TOPAS. Ablations are subclasses that change parameter defaults (ablations.py)."""
 
     Params = TopasParams
@@ -97,6 +104,7 @@ class Topas(Policy):
         super().__init__(params)
         p = self.params
         self.est = ServiceEstimator(Prior(output_tokens=p.prior_output_tokens))
+        self.ready_rates = ReadyRates()
         self.wait_s = 0.0  # EWMA of observed queueing delays (W)
         self._seen_admitted: set[str] = set()
         # lambda_r of running requests, in units of W x aging (the scale gains are measured in),
@@ -110,6 +118,8 @@ class Topas(Policy):
     # ------------------------------------------------------------------ learning
     def on_event(self, event) -> None:
         self.est.on_event(event)
+        if isinstance(event, RequestReady):
+            self.ready_rates.observe(event.request.agent, event.time)
         if isinstance(event, RequestFinished):
             self.credit.pop(event.request.rid, None)
             self._seen_admitted.discard(event.request.rid)
@@ -207,24 +217,31 @@ class Topas(Policy):
             memo[(tid, eligible)] = out
             return out
 
-        ctx = _Context(view, active, waiting_by_task, running_by_task, wait_s, step_s)
+        ctx = DecisionContext(view, active, waiting_by_task, running_by_task, wait_s, step_s,
+                       {r.rid: r.stage for t in scored for r in waiting_by_task[t]})
         problem = self._problem(view, {t: waiting_by_task[t] for t in scored}, reuse_n, chain, ctx)
         if p.score_overdue:  # no call waits behind resident agents for much longer than the expected wait W
             problem.overdue = frozenset(t for t in scored if any(
                 view.now - r.ready_time > p.overdue_factor * max(wait_s, self._stage_time(r.agent, r.stage, step_s)[0])
                 for r in waiting_by_task[t]))
+        if p.use_batch:
+            problem.batch = self._batch_pricing(view, problem, reuse_n, gain_weight, ctx)
         plan = search(problem, p.M)
         for rid in plan.admit:
             tid = problem.request_task[rid]
             self.credit[rid] = plan.gains.get(rid, 0.0) / (wait_s * gain_weight.get(tid, 1.0))
         # Blocked positive-gain requests keep their place by gain: with stop_at_first_misfit the engine
         # then waits for memory for them instead of letting lower-gain requests bypass them.
-        ranked = {rid: g for g, rid in plan.blocked}
+        # With J_batch, an agent the plan does not hold (no running or admitted call) is deferred: neither
+        # its blocked calls nor the fill may open it behind the plan's back.
+        held = problem.batch_locked() | {problem.request_agent[rid] for rid in plan.admit}
+        deferred = (lambda agent: agent not in held) if p.use_batch and view.running else (lambda agent: False)
+        ranked = {rid: g for g, rid in plan.blocked if not deferred(problem.request_agent[rid])}
         ranked.update(plan.gains)
         admit = sorted(ranked, key=lambda rid: -ranked[rid])
         if p.work_conserving:
             chosen = set(admit) | set(plan.preempt)
-            rest = [r for r in view.waiting if r.rid not in chosen]
+            rest = [r for r in view.waiting if r.rid not in chosen and not deferred(r.agent)]
             rest.sort(key=lambda r: (r.agent not in plan.resident, -gain_weight.get(r.task_id, 1.0), r.ready_time))
             admit += [r.rid for r in rest]
         # Pin what R' holds for a purpose: prefixes of admitted requests, and prefixes kept for the
@@ -317,7 +334,7 @@ class Topas(Policy):
             if all(rem.get(d, 0) <= 0 or active.get(d, 0) for d in tpl.stages[c].deps):
                 reuse_n[tpl.stages[c].agent] += 1
 
-    def _problem(self, view: SchedulerView, waiting_by_task, reuse_n: Counter, chain, ctx: _Context) -> Problem:
+    def _problem(self, view: SchedulerView, waiting_by_task, reuse_n: Counter, chain, ctx: DecisionContext) -> Problem:
         p = self.params
         costs = view.costs
         forced = {r.agent for r in view.running}
@@ -350,61 +367,21 @@ class Topas(Policy):
             running=(lambda: self._running_options(ctx)) if (p.use_redo or p.use_revoke) else None,
         )
 
+    def _batch_pricing(self, view: SchedulerView, problem: Problem, reuse_n: Counter, gain_weight, ctx: DecisionContext) -> BatchPricing:
+        """The typical call of the locked agents (waiting ones, else running ones) and their calls about to
+        become ready, each valued at W x the mean aging of the running tasks."""
+        locked = {r.agent for r in view.running}
+        calls = [r for r in view.waiting if r.agent in locked] or view.running or view.waiting
+        tokens = sum(self._kv(r) for r in calls) / len(calls)
+        service = sum(self._stage_time(r.agent, r.stage, ctx.step_s)[0] for r in calls) / len(calls)
+        problem.service_s = {rid: self._stage_time(problem.request_agent[rid], stage, ctx.step_s)[0]
+                             for rid, stage in ctx.stage_of.items()}
+        p = self.params
+        ages = [S.aging(view.now, r.task_arrival, p.rho, p.h_age) if p.use_aging else 1.0 for r in view.running]
+        age = sum(ages) / len(ages) if ages else 1.0
+        rates = {a: self.ready_rates.rate(a, view.now) for a in problem.agents}
+        return BatchPricing(max(tokens, 1.0), max(service, 1e-6), rates, ctx.wait_s * age)
+
     def _kv(self, r: RequestInfo) -> int:
         """d_r at completion: own prompt suffix + (estimated) output, beyond the shared prefix."""
         return int(r.prompt_tokens - r.prefix_tokens + max(self.est.output_tokens(r.agent, r.stage), r.generated_tokens))
-
-    def _running_options(self, ctx: _Context) -> list[RunningOption]:
-        """Preemption candidates with their cost J_redo + J_revoke. The revoked credit is the
-        larger of the credit recorded at admission (rescaled to the current W and aging) and
-        what the request's progress is worth now (its task's path grows by that much if it
-        goes back to waiting), so a request admitted by the work-conserving fill is not free."""
-        p, view = self.params, ctx.view
-        out = []
-        for r in view.running:
-            redo = S.j_redo([r.generated_tokens], ctx.step_s) if p.use_redo else 0.0
-            kv = self._kv(r)
-
-            def cost(r=r, redo=redo) -> float:
-                c = redo
-                if p.use_revoke:
-                    age = S.aging(view.now, r.task_arrival, p.rho, p.h_age) if p.use_aging else 1.0
-                    c += S.j_revoke([max(self.credit.get(r.rid, 0.0), self._victim_gain(ctx, r) / ctx.wait_s) * ctx.wait_s * age])
-                return c * (1.0 + p.preempt_margin)
-
-            out.append(RunningOption(r.rid, r.task_id, kv, cost, order_key=(redo + self.credit.get(r.rid, 0.0)) / max(kv, 1)))
-        return out
-
-    def _victim_gain(self, ctx: _Context, r: RequestInfo) -> float:
-        """Delta_task of re-admitting r if it were sent back to waiting (unweighted seconds)."""
-        view = ctx.view
-        prog = view.tasks.get(r.task_id)
-        if prog is None:
-            return 0.0
-        tpl = view.templates[prog.template]
-        rem = remaining_calls(tpl, prog, ctx.active.get(r.task_id, {}))
-        waiting = Counter(w.stage for w in ctx.waiting_by_task.get(r.task_id, []))
-        waiting[r.stage] += 1
-        running = [x for x in ctx.running_by_task.get(r.task_id, []) if x.rid != r.rid]
-        st = self._task_state(tpl, rem, waiting, running, ctx.wait_s, ctx.step_s)
-        key = (st, r.stage)
-        gain = self._victims.get(key)
-        if gain is None:
-            model = self._model(tpl)
-            admitted = Counter({s: n for s, n in waiting.items() if s != r.stage})
-            admitted[r.stage] = waiting[r.stage] - 1
-            gain = max(model.longest(st, admitted) - model.longest(st, waiting), 0.0)
-            self._victims.put(key, gain)
-        return gain
-
-
-@dataclass
-class _Context:
-    """Per-decision facts shared by the helpers of `Topas.schedule`."""
-
-    view: SchedulerView
-    active: dict
-    waiting_by_task: dict
-    running_by_task: dict
-    wait_s: float
-    step_s: float

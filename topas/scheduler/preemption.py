@@ -1,0 +1,71 @@
+"""TOPAS's preemption candidates and their cost J_redo + J_revoke (docs/topas.md), a mixin of `Topas`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from topas.policy import RequestInfo, SchedulerView
+from topas.policy.progress import remaining_calls
+from topas.scheduler import score as S
+from topas.scheduler.search import RunningOption
+
+
+@dataclass
+class DecisionContext:
+    """Per-decision facts shared by the helpers of `Topas.schedule`."""
+
+    view: SchedulerView
+    active: dict
+    waiting_by_task: dict
+    running_by_task: dict
+    wait_s: float
+    step_s: float
+    stage_of: dict | None = None  # rid -> stage of every scored waiting request
+
+
+class PreemptionCosts:
+    """Needs from the policy: params, est, credit, _kv, _task_state, _model, _victims."""
+
+    def _running_options(self, ctx: DecisionContext) -> list[RunningOption]:
+        """Preemption candidates with their cost J_redo + J_revoke. The revoked credit is the
+        larger of the credit recorded at admission (rescaled to the current W and aging) and
+        what the request's progress is worth now (its task's path grows by that much if it
+        goes back to waiting), so a request admitted by the work-conserving fill is not free."""
+        p, view = self.params, ctx.view
+        out = []
+        for r in view.running:
+            redo = S.j_redo([r.generated_tokens], ctx.step_s) if p.use_redo else 0.0
+            kv = self._kv(r)
+
+            def cost(r=r, redo=redo) -> float:
+                c = redo
+                if p.use_revoke:
+                    age = S.aging(view.now, r.task_arrival, p.rho, p.h_age) if p.use_aging else 1.0
+                    c += S.j_revoke([max(self.credit.get(r.rid, 0.0), self._victim_gain(ctx, r) / ctx.wait_s) * ctx.wait_s * age])
+                return c * (1.0 + p.preempt_margin)
+
+            out.append(RunningOption(r.rid, r.task_id, kv, cost, order_key=(redo + self.credit.get(r.rid, 0.0)) / max(kv, 1)))
+        return out
+
+    def _victim_gain(self, ctx: DecisionContext, r: RequestInfo) -> float:
+        """Delta_task of re-admitting r if it were sent back to waiting (unweighted seconds)."""
+        view = ctx.view
+        prog = view.tasks.get(r.task_id)
+        if prog is None:
+            return 0.0
+        tpl = view.templates[prog.template]
+        rem = remaining_calls(tpl, prog, ctx.active.get(r.task_id, {}))
+        waiting = Counter(w.stage for w in ctx.waiting_by_task.get(r.task_id, []))
+        waiting[r.stage] += 1
+        running = [x for x in ctx.running_by_task.get(r.task_id, []) if x.rid != r.rid]
+        st = self._task_state(tpl, rem, waiting, running, ctx.wait_s, ctx.step_s)
+        key = (st, r.stage)
+        gain = self._victims.get(key)
+        if gain is None:
+            model = self._model(tpl)
+            admitted = Counter({s: n for s, n in waiting.items() if s != r.stage})
+            admitted[r.stage] = waiting[r.stage] - 1
+            gain = max(model.longest(st, admitted) - model.longest(st, waiting), 0.0)
+            self._victims.put(key, gain)
+        return gain
