@@ -6,7 +6,7 @@ PIP     = $(VENV)/bin/pip
 STAMP   = $(VENV)/.installed-stamp
 ARGS   ?=
 
-.PHONY: run test install bench clean reproduce reproduce-quick reproduce-full tune capacity
+.PHONY: run test install bench clean reproduce reproduce-quick reproduce-full reproduce-real tune capacity
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,9 @@ install: $(STAMP)
 run: $(STAMP)
 	$(PY) run.py $(ARGS)
 
-## The default test suite, including the real SGLang server on CPU (installed by sglang-cpu;
-## SKIP_SGLANG_CPU=1 skips that install, e.g. on a GPU machine with `make sglang-gpu`).
+## The default test suite, including the real SGLang server on CPU (installed by sglang-cpu, which
+## keeps a GPU sglang install (`make sglang-gpu`, detected by its sglang-kernel) as it is;
+## SKIP_SGLANG_CPU=1 skips that step altogether).
 test: $(STAMP) $(if $(SKIP_SGLANG_CPU),,sglang-cpu)
 	$(PY) -m ruff check .
 	$(if $(SKIP_SGLANG_CPU),,TOPAS_REQUIRE_SGLANG=1) $(PY) -m pytest $(ARGS)
@@ -37,15 +38,21 @@ BACKEND ?= sim
 reproduce: $(STAMP)
 	$(PY) -m topas.reproduce --grid default --backend $(BACKEND) $(ARGS)
 
-## Smoke test of the whole pipeline (< 5 min) -> analysis/results/quick/.
-reproduce-quick: $(STAMP)
+## Smoke test of the whole pipeline (< 5 min) -> analysis/results/quick/. BACKEND=sglang: the real
+## server (without a GPU: the tiny CPU model, ~5 min here) -> analysis/results/sglang/quick/.
+reproduce-quick: $(STAMP) $(if $(filter sglang,$(BACKEND)),sglang-cpu)
 	$(PY) -m topas.reproduce --grid quick --backend $(BACKEND) $(ARGS)
+
+## The real-engine grid (5 workloads x the paper's 6 schedulers, 20 tasks, 1 seed) on every visible GPU;
+## ARGS="--dry-run" prints the plan and its estimated hours first. GPU machine: `make sglang-gpu` first.
+reproduce-real: $(STAMP)
+	$(PY) -m topas.reproduce --grid real --backend sglang $(ARGS)
 
 ## The experiment configs' full grids (10 seeds, 200 tasks): a bigger machine or a cluster.
 reproduce-full: $(STAMP)
 	$(PY) -m topas.reproduce --grid full --backend $(BACKEND) $(ARGS)
 
-## Hyper-parameter tuning under DESIGN.md section 9 -> analysis/results/tuning/.
+## Hyper-parameter tuning under the rules of docs/protocol.md -> analysis/results/tuning/.
 tune: $(STAMP)
 	$(PY) -m topas.tuning $(ARGS)
 

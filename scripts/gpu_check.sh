@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# GPU check (issue 6, item 6): a short real SGLang 0.5.23 run vs the simulator's prediction for
+# GPU check: a short real SGLang 0.5.23 run vs the simulator's prediction for
 # the same trace; prints mean JCT and per-iteration latency of both and the ratio real/sim.
 # Sized for a 10-minute window on one GPU (Qwen2.5-7B, dummy weights, 16 DAG-4 tasks).
 #
 #   pip install -e .[sglang]          # once, on the GPU machine (CUDA torch comes with sglang)
-#   bash scripts/gpu_check.sh         # or: make gpu-check;  args go to python -m topas.engines.sglang.gpu_check
+#   bash scripts/gpu_check.sh         # or: make gpu-check;  args go to python -m topas.fidelity.gpu_check
 #   bash scripts/gpu_check.sh --model qwen2_5_32b --gpu a100_80gb --num-tasks 12
-#   bash scripts/gpu_check.sh --fidelity     # issue 7: the simulator-fidelity validation (topas.fidelity) on this GPU:
+#   bash scripts/gpu_check.sh --fidelity     # the simulator-fidelity validation (topas.fidelity) on this GPU:
 #                                            # latency profile + dag4 x {fcfs, topas}, real vs simulated; table and
 #                                            # figure in runs/gpu_check/fidelity/ (dry run: --fidelity --device cpu)
 #
@@ -34,4 +34,4 @@ if ! "$PY" -c "import importlib.util, sys; sys.exit(0 if importlib.util.find_spe
   exit 2
 fi
 "$PY" -c "import importlib.metadata as m; v = m.version('sglang'); print(f'sglang {v}', '(pinned 0.5.23)' if v == '0.5.23' else '(WARNING: pinned 0.5.23)')" >&2
-exec timeout --signal=INT --kill-after=30 "${GPU_CHECK_TIMEOUT:-570}" "$PY" -m topas.engines.sglang.gpu_check "$@"
+exec timeout --signal=INT --kill-after=30 "${GPU_CHECK_TIMEOUT:-570}" "$PY" -m topas.fidelity.gpu_check "$@"

@@ -3,7 +3,7 @@
 #
 #   scripts/install_sglang_cpu.sh VENV        (make sglang-cpu runs it on .venv)
 #
-# Recipe (DESIGN.md section 6, "A real SGLang server on this CPU"):
+# Recipe (docs/sglang_integration.md, "CPU setup"):
 #   1. CPU torch 2.13.0 (on this machine kind the wheel lies in pip's find-links; elsewhere set
 #      TOPAS_TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu so pip does not take a CUDA build);
 #   2. sglang==0.5.23 and triton==3.9.0 without their dependencies (sglang's own metadata asks
@@ -30,6 +30,15 @@ PY="$VENV/bin/python"
 if [[ ! -x "$PY" ]]; then
     echo "install_sglang_cpu: $VENV is not a virtual environment (no bin/python)" >&2
     exit 2
+fi
+# A GPU install (make sglang-gpu: sglang's CUDA torch and the real sglang-kernel) is kept: this CPU
+# recipe would replace its torch and remove sgl-kernel. TOPAS_SGLANG_GPU_INSTALLED=1 simulates one
+# (tests, machines without CUDA); TOPAS_SGLANG_FORCE=1 installs the CPU recipe over it anyway.
+if [[ "${TOPAS_SGLANG_FORCE:-}" != 1 ]] && { [[ "${TOPAS_SGLANG_GPU_INSTALLED:-}" == 1 ]] || \
+        "$PY" -c "import importlib.metadata as m, sys; sys.exit(not any(
+            next(iter(m.distributions(name=n)), None) for n in ('sglang-kernel', 'sgl-kernel')))" >/dev/null 2>&1; }; then
+    echo "install_sglang_cpu: GPU sglang install found in $VENV (sglang-kernel); keeping it, nothing installed"
+    exit 0
 fi
 STUBS="$ROOT/topas/engines/sglang/cpu_stubs"
 if [[ ! -f "$STUBS/sgl_kernel/__init__.py" ]]; then

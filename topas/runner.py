@@ -20,7 +20,8 @@ from tqdm import tqdm
 
 from topas.config import ConfigError, SchedulerConfig, SimBackendConfig, validate
 from topas.engines.latency.base import GpuSpec, ModelSpec
-from topas.engines.latency.factory import build_latency_model, load_gpu_spec, load_model_spec
+from topas.engines.latency.factory import build_latency_model
+from topas.engines.latency.specs import load_gpu_spec, load_model_spec
 from topas.policy import Policy, create_policy
 from topas.results import RunRecord, format_summary, summarize, write_run
 from topas.workflow import Trace
@@ -118,7 +119,7 @@ def arrival_rate_for(w, model: ModelSpec, gpu: GpuSpec) -> float | None:
     if w.arrival_rate is None and w.load is not None and capacity_of(w.name, model.name, gpu.name) is None:
         raise ConfigError(
             f"workload.load={w.load} needs the capacity of '{w.name}' on {model.name}/{gpu.name}, which is not "
-            "measured; set workload.arrival_rate or measure it (python -m topas.capacity)"
+            f"measured: run `make capacity ARGS=\"model={model.name} gpu={gpu.name}\"` or set workload.arrival_rate"
         )
     try:
         return resolve_arrival_rate(w, capacity_of(w.name, model.name, gpu.name))

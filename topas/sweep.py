@@ -107,6 +107,23 @@ def _count_lines(path: Path) -> int:
         return 0
 
 
+def follow_manifest(manifest: Path, alive: Callable[[], bool], on_progress: Callable[[int], None] | None) -> None:
+    """Tell `on_progress` of newly finished jobs (manifest lines) while `alive()`, and once more at the end."""
+    done = 0
+
+    def report() -> None:
+        nonlocal done
+        n = _count_lines(manifest)
+        if n > done and on_progress:
+            on_progress(n - done)
+        done = max(done, n)
+
+    while alive():
+        time.sleep(0.5)
+        report()
+    report()
+
+
 def run_sweep(overrides: Sequence[str], manifest: Path, log_file: Path, jobs: int = 1,
               on_progress: Callable[[int], None] | None = None, expected: list[list[str]] | None = None) -> tuple[pd.DataFrame, int]:
     """Run `run.py -m *overrides` (local launcher with `jobs` processes unless the overrides
@@ -119,23 +136,14 @@ def run_sweep(overrides: Sequence[str], manifest: Path, log_file: Path, jobs: in
         ["hydra/launcher=local", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else [])
     cmd = [sys.executable, str(ROOT / "run.py"), "-m", *overrides, *launcher, f"sweep_manifest={manifest}"]
     env = {**os.environ, "TOPAS_WATCH_PARENT": "1"}
-    done = 0
     with open(log_file, "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            while proc.poll() is None:
-                time.sleep(0.5)
-                n = _count_lines(manifest)
-                if n > done and on_progress:
-                    on_progress(n - done)
-                done = max(done, n)
+            follow_manifest(manifest, lambda: proc.poll() is None, on_progress)
         except BaseException:
             os.killpg(proc.pid, signal.SIGTERM)  # Ctrl-C / SIGTERM of the driver: stop the whole sweep
             proc.wait()
             raise
-    n = _count_lines(manifest)
-    if n > done and on_progress:
-        on_progress(n - done)
     return outcomes(expected, manifest), proc.returncode
 
 

@@ -90,6 +90,8 @@ def runs(tmp_path_factory):
     finally:
         mp.undo()
         S.shutdown_shared_servers()
+    # checked at teardown, after every test of the module used the kept server (no test has to run last)
+    assert sglang_children() == [], "a kept server outlived shutdown_shared_servers()"
 
 
 RUNS = ("topas", "fcfs", "topas_reused")
@@ -196,7 +198,26 @@ def test_kept_server_switched_policy_and_started_once(runs):
     assert first["event"] == "start" and first["policy"] == "fcfs"
 
 
-def test_fresh_and_reused_topas_runs_agree_on_what_is_deterministic(runs):
+def first_decision(folder: Path) -> dict:
+    """The first policy decision of a run, without its timing and counters."""
+    events = [json.loads(x) for x in (folder / "decisions.jsonl").read_text().splitlines()]
+    d = next(e for e in events if e["event"] == "decision")
+    d = {k: v for k, v in d.items() if k not in ("t", "n", "wall_s", "view_s", "reused_before")}
+    # request ids carry a per-run prefix (`<run>-t<task>-<node>`): compare the task and node
+    return {k: [x.split("-", 1)[1] for x in v] if k in ("waiting", "running", "admit", "preempt", "preempted") else v
+            for k, v in d.items()}
+
+
+def test_a_reused_server_starts_a_run_as_a_fresh_one_does(runs):
+    """The kept server, after an FCFS run, is switched to TOPAS with its prefix cache flushed and
+    the plugin's workflow state reset: its first decision sees what a fresh server's first
+    decision sees (the same waiting call, nothing running, no prefix resident or pinned, no KV
+    in use) and decides the same. A cache left over from the FCFS run would show as resident
+    prefixes and KV in use."""
+    fresh, reused = first_decision(runs["topas"][0]), first_decision(runs["topas_reused"][0])
+    assert fresh["running"] == [] and fresh["resident"] == [] and fresh["kv_used"] == 0, fresh
+    assert reused == fresh
+    # and both replayed the same trace
     _, _, _, a, _ = tables(runs, "topas")
     _, _, _, b, _ = tables(runs, "topas_reused")
     cols = ["task_id", "node", "prompt_tokens", "output_tokens"]
@@ -226,11 +247,6 @@ def test_server_crash_during_the_replay_is_one_line_and_leaves_nothing(runs, tmp
     assert "\n" not in msg and "died during the replay" in msg and "crashed with exit code -9" in msg, msg
     assert not S._SHARED and sglang_children() == []
     assert (tmp_path / "x" / "server.log").is_file() and not (tmp_path / "x" / "summary.json").exists()
-
-
-def test_zz_no_server_left_after_shutdown(runs):
-    S.shutdown_shared_servers()
-    assert sglang_children() == []
 
 
 def test_server_that_dies_at_start_is_one_line_on_the_cli(tmp_path):

@@ -43,7 +43,7 @@ def test_sglang_backend_and_tiny_model_configs_validate():
     g = validate(cfg("backend=sglang", "model=tiny_cpu"))
     b = g["backend"]
     assert isinstance(b, B.SGLangBackendConfig) and b.name == "sglang" and b.token_scale is None
-    from topas.engines.latency.factory import load_model_spec, model_spec_from_hf_config, resolve_hf_config
+    from topas.engines.latency.specs import load_model_spec, model_spec_from_hf_config, resolve_hf_config
 
     c = cfg("backend=sglang", "model=tiny_cpu")
     spec = load_model_spec(c.model)
@@ -93,7 +93,7 @@ def test_server_args_cpu_and_gpu():
 
 
 def test_model_dir_defaults_to_the_hf_config_folder():
-    from topas.engines.latency.factory import load_model_spec
+    from topas.engines.latency.specs import load_model_spec
 
     spec = load_model_spec(cfg("model=tiny_cpu").model)
     assert (B.model_dir(B.SGLangBackendConfig(), spec) / "config.json").is_file()
@@ -102,7 +102,7 @@ def test_model_dir_defaults_to_the_hf_config_folder():
 
 
 def test_fitted_cost_model_is_a_valid_linear_model():
-    from topas.engines.latency.factory import load_gpu_spec, load_model_spec
+    from topas.engines.latency.specs import load_gpu_spec, load_model_spec
     from topas.engines.sglang.costs import load_cost_model
 
     c = cfg("model=qwen2_5_7b", "gpu=h100_80gb")
@@ -142,7 +142,7 @@ def test_auto_token_scale_fits_the_context_and_a_quarter_of_the_pool():
 
 
 def test_dag4_on_tiny_cpu_resolves_to_a_tenth_and_a_too_big_call_is_an_error():
-    from topas.engines.latency.factory import load_model_spec
+    from topas.engines.latency.specs import load_model_spec
     from topas.workloads import build_trace
 
     c = cfg("backend=sglang", "model=tiny_cpu", "workload.num_tasks=3")
@@ -234,7 +234,7 @@ def test_policy_preemptions_are_not_counted_as_retractions(tmp_path):
 
 
 def test_gpu_check_comparison_and_arguments():
-    from topas.engines.sglang import gpu_check as G
+    from topas.fidelity import gpu_check as G
 
     a = G.parse_args([])
     assert a.model == "qwen2_5_7b" and a.device == "gpu" and a.timeout_s > 0

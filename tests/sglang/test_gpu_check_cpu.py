@@ -11,7 +11,7 @@ from sglang_support import require_sglang  # noqa: E402
 
 require_sglang()
 
-from topas.engines.sglang import gpu_check  # noqa: E402
+from topas.fidelity import gpu_check  # noqa: E402
 from topas.workloads import load_trace  # noqa: E402
 
 pytestmark = pytest.mark.sglang

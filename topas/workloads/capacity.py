@@ -1,4 +1,4 @@
-"""Measured capacity per workload and the loads derived from it (DESIGN.md section 9).
+"""Measured capacity per workload and the loads derived from it (docs/protocol.md).
 
 Capacity of a workload on a model/GPU = FCFS task throughput with all tasks submitted at
 t = 0. The measured figures live in `data/capacity.yaml`:
@@ -7,11 +7,14 @@ t = 0. The measured figures live in `data/capacity.yaml`:
     ...
 
 A workload config with `arrival_rate: null` and `load: 0.7` runs at 0.7 x capacity.
+
+Another model/GPU pair keeps its own file, `data/capacity/<model>__<gpu>.yaml` (same format;
+`make capacity ARGS="model=... gpu=..."` writes it), so measuring an H200 never changes the
+A100 figures the simulator's committed results use.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,10 +22,15 @@ from typing import Any
 
 import yaml
 
-from topas.workflow import Trace
 from topas.workloads.config import WorkloadConfig
 
 CAPACITY_FILE = Path(__file__).parent / "data" / "capacity.yaml"
+PAIR_DIR = Path(__file__).parent / "data" / "capacity"
+
+
+def capacity_file(model: str, gpu: str) -> Path:
+    """The capacity file of one model/GPU pair (the measurements `make capacity` writes)."""
+    return PAIR_DIR / f"{model}__{gpu}.yaml"
 
 
 def load_capacity(path: str | os.PathLike = CAPACITY_FILE) -> dict[str, dict[str, Any]] | None:
@@ -44,15 +52,19 @@ def capacity_of(
     workload: str, model: str | None = None, gpu: str | None = None, path: str | os.PathLike = CAPACITY_FILE
 ) -> float | None:
     """Measured capacity (tasks/s) of `workload`, or None if not measured (for that model/GPU)."""
-    table = load_capacity(path) or {}
-    entry = table.get(workload)
-    if entry is None:
-        return None
-    if (model is not None and entry.get("model") not in (None, model)) or (
-        gpu is not None and entry.get("gpu") not in (None, gpu)
-    ):
-        return None
-    return float(entry["tasks_per_s"])
+    paths = [Path(path)]
+    if model is not None and gpu is not None and Path(path) == CAPACITY_FILE:
+        paths.append(capacity_file(model, gpu))
+    for p in paths:
+        entry = (load_capacity(p) or {}).get(workload)
+        if entry is None:
+            continue
+        if (model is not None and entry.get("model") not in (None, model)) or (
+            gpu is not None and entry.get("gpu") not in (None, gpu)
+        ):
+            continue
+        return float(entry["tasks_per_s"])
+    return None
 
 
 def resolve_arrival_rate(cfg: Any, capacity: float | None = None) -> float | None:
@@ -76,16 +88,3 @@ def resolve_arrival_rate(cfg: Any, capacity: float | None = None) -> float | Non
             f"workload '{wc.name}': load={wc.load} needs its capacity, not measured yet ({CAPACITY_FILE.name})"
         )
     return wc.load * cap
-
-
-def warmup_task_ids(trace: Trace, fraction: float) -> frozenset[int]:
-    """Ids of the first floor(fraction x tasks) tasks by arrival: excluded from statistics."""
-    if not 0 <= fraction < 1:
-        raise ValueError(f"warmup_fraction must be in [0, 1), got {fraction}")
-    k = math.floor(fraction * len(trace.tasks))
-    ordered = sorted(trace.tasks, key=lambda t: (t.arrival, t.task_id))
-    return frozenset(t.task_id for t in ordered[:k])
-
-
-# The runner's name for `capacity_of` (topas/runner.py).
-capacity_tasks_per_s = capacity_of

@@ -17,7 +17,7 @@ from topas.config import ConfigError
 PINNED_SGLANG = "0.5.23"
 PROFILES = ("auto", "cpu", "gpu")
 HINT_CHANNELS = ("kv_hints", "custom_params", "both")
-CPU_DEFAULT_POOL = 4096  # --max-total-tokens of the CPU profile when unset (DESIGN.md section 6)
+CPU_DEFAULT_POOL = 4096  # --max-total-tokens of the CPU profile when unset (docs/sglang_integration.md)
 
 
 @dataclass
@@ -49,6 +49,7 @@ class SGLangBackendConfig:
     replay_timeout_s: float | None = None  # whole replay; None: no limit
     python: str | None = None  # interpreter with sglang (None: this one)
     reuse_server: bool = False  # keep the server up for the next run of this process (same server options)
+    gpus_per_run: int = 1  # GPUs each run's server is given (placement.py: one worker per group of this many)
 
 
 
@@ -93,6 +94,8 @@ def check_config(b: SGLangBackendConfig) -> None:
         bad(f"mem_fraction_static must be in (0, 1), got {b.mem_fraction_static}")
     if b.hicache_ratio is not None and not b.hicache_ratio > 0:
         bad(f"hicache_ratio must be positive, got {b.hicache_ratio}")
+    if b.gpus_per_run < 1:
+        bad(f"gpus_per_run must be >= 1, got {b.gpus_per_run}")
     if b.warmup_requests < 0:
         bad(f"warmup_requests must be >= 0, got {b.warmup_requests}")
     for k in ("startup_timeout_s", "request_timeout_s"):
@@ -126,7 +129,7 @@ def model_dir(b: SGLangBackendConfig, model) -> Path:
         if not p.exists():
             raise ConfigError(f"backend (sglang): model_path {p} does not exist")
         return p
-    from topas.engines.latency.factory import resolve_hf_config
+    from topas.engines.latency.specs import resolve_hf_config
 
     try:
         cfg = resolve_hf_config(model)

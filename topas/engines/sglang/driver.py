@@ -2,7 +2,7 @@
 
 - Each task starts at its arrival time (seconds after the replay starts, x `time_scale`);
   each call is released when all its dependencies have finished, plus its `gap_s`.
-- Prompts are `input_ids` built from the call's segments (DESIGN.md section 9): the
+- Prompts are `input_ids` built from the call's segments (docs/workflow_model.md): the
   agent prefix, history segments, fresh input. Token ids are a deterministic function
   of (segment id, position) within the model's vocabulary, so equal segments are equal
   token runs in every call; an `out` segment is replaced by the token ids the server

@@ -60,7 +60,7 @@ class WorkflowHint:
     prefix_tokens: int  # leading prompt tokens that are the agent's static prefix
     ready_time: float | None = None  # when the client released the call (deps done + gap)
     downstream_agents: tuple[str, ...] = ()  # agents of this node's direct successors
-    # prompt composition, (segment id, tokens) in order (DESIGN.md section 9); equal ids = equal tokens
+    # prompt composition, (segment id, tokens) in order (docs/workflow_model.md); equal ids = equal tokens
     segments: tuple[tuple[str, int], ...] = ()
     template_spec: Mapping[str, Any] | None = None  # optional: the template itself (template_to_json)
 

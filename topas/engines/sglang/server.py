@@ -6,7 +6,7 @@
 - Bound to 127.0.0.1 on a free port; dummy weights from a local config folder
   (`--load-format dummy`) unless `load_format="auto"` and a real model path is given.
 - `profile="cpu"`: the flags and environment that run the server on a CPU without a
-  GPU (DESIGN.md section 6): `SGLANG_USE_CPU_ENGINE=1`, `--device cpu
+  GPU (docs/sglang_integration.md): `SGLANG_USE_CPU_ENGINE=1`, `--device cpu
   --attention-backend torch_native --sampling-backend pytorch --grammar-backend none
   --disable-cuda-graph --disable-overlap-schedule`. `profile="gpu"`: SGLang's own defaults.
 - The policy selection reaches the scheduler process through the environment
