@@ -1,129 +1,289 @@
-"""Seaborn figures regenerated from run outputs. Each function takes the runs table (and run
-folders for per-task / timeline data) and returns the saved path, or None without data."""
+"""Figures regenerated from run outputs. Each function takes the runs table (analysis/load.py)
+and returns a matplotlib Figure, or None without data; `save` writes it as PNG.
+
+Figures are built with the object API, not pyplot: nothing global is left open, the report
+saves them, and a notebook shows the returned figure once (no double display).
+Every figure: a fixed colour and marker per scheduler (analysis/style.py), means with the
+tables' 95% Student-t CI (analysis.tables.ci95, never a bootstrap), the paper's published
+values in black labelled "paper" (analysis/paper_claims.yaml), and a caption line naming
+model, GPU, load, seeds and tasks. The claim summary figure is in analysis/figures_claims.py.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from analysis.load import load_tasks, load_timeline  # noqa: E402
-from analysis.tables import WORKLOAD_ORDER  # noqa: E402
+from analysis import style
+from analysis import tables as T
+from analysis.display import fmt_value
+from analysis.load import load_tasks, load_timeline
 
 sns.set_theme(style="whitegrid", context="paper")
 PAPER_SET = ["fcfs", "lpm", "parrot_fcfs", "autellix_las", "spf", "topas"]
+PAPER_KW = {"color": style.PAPER_COLOR, "ls": "--", "lw": 1.6}
 
 
-def _save(fig, path: Path) -> Path:
+def new_figure(width: float, height: float) -> Figure:
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def finish(fig: Figure, runs: pd.DataFrame, title: str = "", extra: str = style.CI_NOTE) -> Figure:
+    """Title and the caption line under the figure (saved with bbox_inches='tight', so it shows)."""
+    if title:
+        fig.suptitle(title)
+    fig.text(0.0, 0.0, style.caption(runs, extra), ha="left", va="top", fontsize=7, color="0.3")
+    return fig
+
+
+def save(fig: Figure | None, path: Path) -> Path | None:
+    if fig is None:
+        return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     return path
+
+
+def paper_handle(text: str = "paper") -> Line2D:
+    return Line2D([], [], label=text, **PAPER_KW)
+
+
+def scheduler_handles(names) -> list[Line2D]:
+    return [Line2D([], [], **{**style.line_kw(s), "ms": 5}) for s in names]
 
 
 def _workloads(df: pd.DataFrame) -> list[str]:
     present = set(df["workload"])
-    return [w for w in WORKLOAD_ORDER if w in present] + sorted(present - set(WORKLOAD_ORDER))
+    return [w for w in T.WORKLOAD_ORDER if w in present] + sorted(present - set(T.WORKLOAD_ORDER))
 
 
-def jct_cdf(df: pd.DataFrame, out: Path, seed: int = 0) -> Path | None:
-    runs = df[(df["seed"] == seed) & df["scheduler"].isin(PAPER_SET)]
+def _claim(claims: dict[str, Any], kind: str, workload: str, metric: str) -> dict[str, Any] | None:
+    return next((c for c in claims["claims"] if c["kind"] == kind and c.get("workload") == workload
+                 and c["metric"] == metric), None)
+
+
+def _paper_implied(df: pd.DataFrame, claims: dict[str, Any], workload: str, metric: str) -> tuple[float, str, float] | None:
+    """(best paper-set baseline's mean x (1 + the paper's change), that baseline, the paper's change)."""
+    c = _claim(claims, "reduction", workload, metric)
+    best = T.best_baseline(df, workload, metric, claims["paper_baselines"])
+    if c is None or best is None:
+        return None
+    base = df[(df["workload"] == workload) & (df["scheduler"] == best)][metric].mean()
+    return base * (1 + c["paper"]), best, c["paper"]
+
+
+def jct_cdf(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure | None:
+    """JCT distribution per workload (the paper's schedulers, tasks of every seed pooled), with the
+    paper's reduction of mean JCT drawn as the TOPAS mean it implies."""
+    runs = df[df["scheduler"].isin(PAPER_SET)]
     if runs.empty:
         return None
-    rows = []
-    for r in runs.itertuples():
-        t = load_tasks(r.run_dir)
-        t = t[~t["warmup"]]
-        rows.append(pd.DataFrame({"workload": r.workload, "scheduler": r.scheduler, "JCT (s)": t["jct"]}))
-    data = pd.concat(rows)
-    ws = _workloads(data)
-    fig, axes = plt.subplots(1, len(ws), figsize=(3.2 * len(ws), 3.0), squeeze=False)
-    for ax, w in zip(axes[0], ws):
-        sns.ecdfplot(data[data["workload"] == w], x="JCT (s)", hue="scheduler", ax=ax, hue_order=PAPER_SET, legend=ax is axes[0][-1])
-        ax.set_title(w)
-    return _save(fig, out / "jct_cdf.png")
+    claims = claims or T.load_claims()
+    data = pd.concat([load_tasks(r.run_dir).query("~warmup").assign(workload=r.workload, scheduler=r.scheduler)
+                      for r in runs.itertuples()])
+    ws, scheds = _workloads(data), style.ordered(data["scheduler"])
+    fig = new_figure(2.9 * len(ws) + 1.7, 3.1)
+    axes = fig.subplots(1, len(ws), squeeze=False)[0]
+    for ax, w in zip(axes, ws):
+        sns.ecdfplot(data[data["workload"] == w], x="jct", hue="scheduler", hue_order=scheds, palette=style.palette(scheds),
+                     ax=ax, legend=False)
+        implied = _paper_implied(runs, claims, w, "jct_mean")
+        if implied:
+            x, best, paper = implied
+            ax.axvline(x, **PAPER_KW)
+            ours, ci, _ = T.paired_change(runs, w, "jct_mean", "topas", best)
+            # in the title, not on the axes: a box there would cover some scheduler's tail
+            ax.set_title(f"{style.workload_label(w)}\nmean JCT vs {style.label(best)}:\npaper {fmt_value(paper)}, "
+                         f"ours {fmt_value(ours)} ±{100 * ci:.1f} pp", fontsize=7)
+        else:
+            ax.set_title(style.workload_label(w))
+        ax.set(xlabel="JCT (s)", ylabel="fraction of tasks" if ax is axes[0] else "")
+    fig.legend(handles=scheduler_handles(scheds) + [paper_handle("paper: TOPAS mean JCT\n(best baseline x (1 + paper's change))")],
+               loc="outside right upper", fontsize=7)
+    return finish(fig, runs, "JCT distribution per workload (tasks after warm-up, all seeds)",
+                  "lines: empirical CDF; CI of the change: 95% Student-t over seeds, paired by seed")
 
 
-def _lines_by_workload(df: pd.DataFrame, x: str, xlabel: str, path: Path) -> Path:
-    """One panel per workload: mean JCT against `x`, a line per scheduler with a 95% CI band."""
-    ws = _workloads(df)
-    fig, axes = plt.subplots(1, len(ws), figsize=(3.3 * len(ws), 3.0), squeeze=False)
-    for ax, w in zip(axes[0], ws):
-        sns.lineplot(df[df["workload"] == w], x=x, y="jct_mean", hue="scheduler", marker="o", errorbar=("ci", 95), seed=0,
-                     ax=ax, legend=ax is axes[0][-1])
-        ax.set(title=w, xlabel=xlabel, ylabel="mean JCT (s)")
-    return _save(fig, path)
+def main_jct(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure | None:
+    """Mean and p99 JCT per scheduler and workload with CIs; the paper's reduction drawn on the TOPAS row."""
+    if df.empty:
+        return None
+    claims = claims or T.load_claims()
+    ws, scheds = _workloads(df), style.ordered(df["scheduler"])
+    fig = new_figure(2.5 * len(ws) + 1.2, 0.42 * len(scheds) + 1.6)
+    axes = fig.subplots(2, len(ws), squeeze=False, sharey=True)
+    for row, metric in enumerate(("jct_mean", "jct_p99")):
+        s = T.mean_ci(df, ["workload", "scheduler"], metric)
+        for ax, w in zip(axes[row], ws):
+            sw = s[s["workload"] == w].set_index("scheduler")
+            for i, sc in enumerate(scheds):
+                if sc in sw.index:
+                    ax.errorbar(sw.loc[sc, "mean"], i, xerr=sw.loc[sc, "ci"], fmt=style.marker(sc), color=style.color(sc),
+                                capsize=2, ms=5)
+            implied = _paper_implied(df, claims, w, metric)
+            if implied and "topas" in scheds:
+                ax.plot(implied[0], scheds.index("topas"), marker="|", ms=16, mew=2.2, color=style.PAPER_COLOR, zorder=5)
+            ax.set_title(f"{style.workload_label(w)}: {style.metric_label(metric)}", fontsize=8)
+            ax.tick_params(axis="y", labelsize=7)
+            ax.set_xlabel("JCT (s)")
+    axes[0][0].set_yticks(range(len(scheds)), [style.label(s) for s in scheds])
+    axes[0][0].invert_yaxis()
+    fig.legend(handles=[Line2D([], [], marker="|", ms=12, mew=2, ls="", color=style.PAPER_COLOR,
+                               label="paper: best paper-set\nbaseline x (1 +\npaper's change)")],
+               loc="outside right upper", fontsize=7)
+    return finish(fig, df, "Main comparison: JCT per scheduler (mean over seeds)")
 
 
-def jct_vs_load(df: pd.DataFrame, out: Path) -> Path | None:
+def _lines_by_workload(df: pd.DataFrame, x: str, xlabel: str, title: str) -> Figure:
+    """One panel per workload: mean JCT against `x`, a line per scheduler with t-CI error bars."""
+    ws, scheds = _workloads(df), style.ordered(df["scheduler"])
+    s = T.mean_ci(df, ["workload", "scheduler", x], "jct_mean")
+    xs = np.sort(df[x].dropna().unique())
+    step = float(np.diff(xs).min()) if len(xs) > 1 else 1.0
+    fig = new_figure(3.3 * len(ws) + 1.6, 3.2)
+    axes = fig.subplots(1, len(ws), squeeze=False)[0]
+    for ax, w in zip(axes, ws):
+        for k, sc in enumerate(scheds):
+            d = s[(s["workload"] == w) & (s["scheduler"] == sc)].sort_values(x)
+            if d.empty:
+                continue
+            off = (k - (len(scheds) - 1) / 2) * 0.05 * step  # dodge: points at the same x stay apart
+            bars = ax.errorbar(d[x] + off, d["mean"], yerr=d["ci"], capsize=0, ms=4, elinewidth=0.8, **style.line_kw(sc))
+            for b in bars.lines[2]:  # faint error bars: the means stay readable where the CIs overlap
+                b.set_alpha(0.35)
+        # few seeds make t-CIs wide: the axis follows the means and long bars are clipped
+        top = s[s["workload"] == w]["mean"].max()
+        ax.set_ylim(0, 1.3 * top)
+        ax.set(title=style.workload_label(w), xlabel=xlabel, ylabel="mean JCT (s)" if ax is axes[0] else "")
+    fig.legend(handles=scheduler_handles(scheds), loc="outside right upper", fontsize=7)
+    return finish(fig, df, title, style.CI_NOTE + " (clipped at the axis)")
+
+
+def jct_vs_load(df: pd.DataFrame) -> Figure | None:
     if df.empty or df["load"].isna().all():
         return None
-    return _lines_by_workload(df, "load", "load (fraction of capacity)", out / "jct_vs_load.png")
+    return _lines_by_workload(df, "load", "offered load (fraction of capacity)", "Mean JCT vs offered load")
 
 
-def kv_budget(df: pd.DataFrame, out: Path) -> Path | None:
+def kv_budget(df: pd.DataFrame) -> Figure | None:
     if df.empty:
         return None
-    return _lines_by_workload(df, "kv_pool_tokens", "KV pool (tokens)", out / "kv_budget.png")
+    return _lines_by_workload(df, "kv_pool_tokens", "KV pool (tokens)", "Mean JCT vs KV-cache budget")
 
 
-def ablation(df: pd.DataFrame, out: Path) -> Path | None:
+def ablation(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure | None:
+    """Mean and p99 JCT of each TOPAS variant; the paper's TOPAS vs TOPAS-base change drawn on the TOPAS bar."""
     if df.empty:
         return None
-    order = [s for s in ["topas_base", "topas_no_aging", "topas_no_reuse", "topas"] if s in set(df["scheduler"])]
-    long = df.melt(id_vars=["scheduler", "seed"], value_vars=["jct_mean", "jct_p99"], var_name="metric", value_name="JCT (s)")
-    fig, ax = plt.subplots(figsize=(5.5, 3.0))
-    sns.barplot(long, x="scheduler", y="JCT (s)", hue="metric", order=order, errorbar=("ci", 95), seed=0, ax=ax)
-    ax.set_title("ablation: MetaGPT-TL")
-    ax.tick_params(axis="x", rotation=15)
-    return _save(fig, out / "ablation.png")
+    claims = claims or T.load_claims()
+    variants = style.ordered(df["scheduler"])
+    metrics, width = ["jct_mean", "jct_p99"], 0.8 / len(variants)
+    ticks = [style.metric_label(m) for m in metrics]
+    fig = new_figure(7.2, 3.6)
+    ax = fig.subplots()
+    for i, m in enumerate(metrics):
+        s = T.mean_ci(df, ["scheduler"], m).set_index("scheduler")
+        for k, v in enumerate(variants):
+            ax.bar(i + (k - (len(variants) - 1) / 2) * width, s.loc[v, "mean"], width, yerr=s.loc[v, "ci"], capsize=3,
+                   color=style.color(v), label=style.label(v) if i == 0 else None)
+        c = _claim(claims, "ablation", "metagpt_tl", m)
+        if c and c["baseline"] in s.index and "topas" in variants:
+            xt = i + (variants.index("topas") - (len(variants) - 1) / 2) * width
+            y = s.loc[c["baseline"], "mean"] * (1 + c["paper"])
+            ours, ci, _ = T.paired_change(df, "metagpt_tl", m, "topas", c["baseline"])
+            ax.hlines(y, xt - width / 2, xt + width / 2, **{**PAPER_KW, "lw": 2.2})
+            ticks[i] += (f"\nTOPAS vs {style.label(c['baseline'])}:\npaper {fmt_value(c['paper'])}, "
+                         f"ours {fmt_value(ours)} ±{100 * ci:.1f} pp")
+    ax.set_xticks(range(len(metrics)), ticks, fontsize=7)
+    ax.set_ylabel("JCT (s)")
+    handles, _ = ax.get_legend_handles_labels()
+    fig.legend(handles=handles + [paper_handle("paper: TOPAS-base x\n(1 + paper's change)")], loc="outside right center",
+               fontsize=7)
+    return finish(fig, df, "Ablation on MetaGPT-TL: TOPAS without each component")
 
 
-def timeline(df: pd.DataFrame, out: Path, workload: str, baseline: str, seed: int = 0) -> Path | None:
-    runs = df[(df["workload"] == workload) & (df["seed"] == seed) & df["scheduler"].isin(["topas", baseline])]
-    if runs.empty:
-        return None
-    rows = []
-    for r in runs.itertuples():
-        tl = load_timeline(r.run_dir)
-        tl = tl.assign(t=tl["start"], scheduler=r.scheduler)
-        rows.append(tl[["t", "scheduler", "running", "resident_prefixes", "kv_used_tokens", "waiting"]])
-    data = pd.concat(rows)
-    fig, axes = plt.subplots(3, 1, figsize=(7.0, 6.0), sharex=True)
-    for ax, col, label in zip(axes, ["running", "resident_prefixes", "waiting"], ["running requests (batch)", "resident agent prefixes", "waiting requests"]):
-        sns.lineplot(data, x="t", y=col, hue="scheduler", drawstyle="steps-post", ax=ax, legend=ax is axes[0], errorbar=None, estimator=None)
-        ax.set_ylabel(label)
-    axes[-1].set_xlabel("time (s)")
-    axes[0].set_title(f"{workload}, seed {seed}: TOPAS vs {baseline}")
-    return _save(fig, out / f"timeline_{workload}.png")
-
-
-def overhead(df: pd.DataFrame, out: Path) -> Path | None:
+def overhead(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure | None:
+    """TOPAS decision time (wall clock) per arrival rate, against the paper's 1.9 ms and 0.31%."""
     df = df[df["scheduler"] == "topas"]
     if df.empty:
         return None
-    df = df.assign(point=[f"{r:.3g} task/s" for r in df["arrival_rate"]])
-    long = df.melt(id_vars=["point", "seed"], value_vars=["decision_ms_mean", "decision_ms_p99"], var_name="stat", value_name="ms per decision")
-    fig, ax = plt.subplots(figsize=(5.0, 3.0))
-    sns.barplot(long, x="point", y="ms per decision", hue="stat", errorbar=("ci", 95), seed=0, ax=ax)
-    ax.set_title("TOPAS decision time, MetaGPT-SOP")
-    return _save(fig, out / "overhead.png")
+    claims = {c["id"]: c for c in (claims or T.load_claims())["claims"]}
+    rates = sorted(df["arrival_rate"].unique())
+    fig = new_figure(8.0, 3.2)
+    axes = fig.subplots(1, 2)
+    panels = [(axes[0], ["decision_ms_mean", "decision_ms_p99"], 1.0, "ms per decision", "overhead_ms"),
+              (axes[1], ["decision_overhead_fraction"], 100.0, "decision time (% of run time)", "overhead_fraction")]
+    for ax, metrics, scale, ylabel, cid in panels:
+        w = 0.8 / len(metrics)
+        for k, m in enumerate(metrics):
+            s = T.mean_ci(df, ["arrival_rate"], m).sort_values("arrival_rate")
+            ax.bar(np.arange(len(rates)) + (k - (len(metrics) - 1) / 2) * w, scale * s["mean"], w, yerr=scale * s["ci"],
+                   capsize=3, color=style.color("topas"), alpha=1.0 if k == 0 else 0.5, label=style.metric_label(m))
+        c = claims.get(cid)
+        if c:
+            ax.axhline(scale * c["paper"], label=f"paper: {fmt_value(c['paper'], c.get('unit'))} (mean, 0.15 tasks/s)",
+                       **PAPER_KW)
+        ax.set_xticks(range(len(rates)), [f"{r:.3g}" for r in rates])
+        ax.set(xlabel="arrival rate (tasks/s)", ylabel=ylabel)
+        ax.set_ylim(0, 1.35 * ax.get_ylim()[1])  # room for the legend above the bars and the paper's line
+        ax.legend(fontsize=7, loc="upper left")
+    return finish(fig, df, "TOPAS decision overhead on MetaGPT-SOP (wall clock, this machine)")
 
 
-def motivation(df: pd.DataFrame, out: Path) -> Path | None:
+def motivation(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure | None:
+    """Two agents under FCFS: mean decode batch and makespan, alternating vs grouped arrivals."""
     if df.empty:
         return None
-    df = df.assign(pattern=df["workload"].str.replace("motivation_", ""))
-    fig, axes = plt.subplots(1, 2, figsize=(6.0, 2.8))
-    sns.barplot(df, x="pattern", y="mean_batch_size", errorbar=("ci", 95), seed=0, ax=axes[0])
-    sns.barplot(df, x="pattern", y="makespan_s", errorbar=("ci", 95), seed=0, ax=axes[1])
-    axes[0].set_ylabel("mean decode batch")
-    axes[1].set_ylabel("makespan (s)")
-    fig.suptitle("two agents, FCFS: alternating vs grouped arrivals")
-    return _save(fig, out / "motivation.png")
+    c = {c["id"]: c for c in (claims or T.load_claims())["claims"]}.get("motivation_batch", {})
+    pats = [p for p in ("motivation_alternating", "motivation_grouped") if p in set(df["workload"])]
+    fig = new_figure(6.8, 3.0)
+    axes = fig.subplots(1, 2)
+    for ax, m, ylabel in zip(axes, ["mean_batch_size", "makespan_s"], ["mean decode batch (requests)", "makespan (s)"]):
+        s = T.mean_ci(df, ["workload"], m).set_index("workload").loc[pats]
+        ax.bar(range(len(pats)), s["mean"], 0.6, yerr=s["ci"], capsize=3, color=style.color("fcfs"))
+        ax.set_xticks(range(len(pats)), [style.workload_label(p) for p in pats])
+        ax.set(ylabel=ylabel, xlabel="arrival pattern (FCFS)")
+        if len(pats) == 2 and c:
+            grouped = s.loc["motivation_grouped", "mean"]
+            ratios = [c["paper"]] if m == "mean_batch_size" else c.get("paper_makespan_ratio", [])
+            for r in ratios:
+                ax.hlines(grouped * r, -0.3, 0.3, **PAPER_KW)
+            if ratios:
+                ax.annotate(f"paper: {'-'.join(f'{r:g}' for r in ratios)}x grouped", (0, grouped * max(ratios)),
+                            xytext=(0, 3), textcoords="offset points", ha="center", fontsize=7)
+    return finish(fig, df, "Motivation: two agents sharing a server, alternating vs grouped")
+
+
+def timeline(df: pd.DataFrame, workload: str, baseline: str, seed: int = 0, points: int = 2000) -> Figure | None:
+    """Batch, KV use, resident prefixes and queue over time for TOPAS and `baseline` (one seed),
+    sampled on a regular grid and smoothed by a centred rolling mean (the raw step plot is unreadable)."""
+    runs = df[(df["workload"] == workload) & (df["seed"] == seed) & df["scheduler"].isin(["topas", baseline])]
+    if runs.empty:
+        return None
+    cols = [("running", "running requests (batch)"), ("kv_pct", "KV cache used (%)"),
+            ("resident_prefixes", "resident agent prefixes"), ("waiting", "waiting requests (queue)")]
+    fig = new_figure(8.0, 7.2)
+    axes = fig.subplots(len(cols), 1, sharex=True)
+    window = 0.0
+    for r in runs.sort_values("scheduler", key=lambda s: s.map(style.scheduler_order().index)).itertuples():
+        tl = load_timeline(r.run_dir).sort_values("start", kind="stable")
+        end = float((tl["start"] + tl["duration"]).max())
+        grid = pd.DataFrame({"start": np.linspace(0.0, end, points)})
+        s = pd.merge_asof(grid, tl, on="start")  # the step function's value at each grid time
+        s["kv_pct"] = 100 * s["kv_used_tokens"] / r.kv_pool_tokens
+        window = max(30.0, round(end / 80, -1))
+        smooth = s.rolling(max(1, int(points * window / end)), center=True, min_periods=1).mean(numeric_only=True)
+        for ax, (col, _) in zip(axes, cols):
+            ax.plot(grid["start"], smooth[col], **{**style.line_kw(r.scheduler), "marker": None})
+    for ax, (_, ylabel) in zip(axes, cols):
+        ax.set_ylabel(ylabel, fontsize=7)
+    axes[-1].set_xlabel("time (s)")
+    fig.legend(handles=scheduler_handles(style.ordered(runs["scheduler"])), loc="outside right upper", fontsize=7)
+    return finish(fig, runs, f"{style.workload_label(workload)}, seed {seed}: TOPAS vs {style.label(baseline)} "
+                  f"(rolling mean over {window:.0f} s)", "")

@@ -1,8 +1,9 @@
 """Run outputs -> pandas tables (one row per complete run).
 
 Columns: experiment, workload, scheduler, load, arrival_rate, seed, the summary metrics
-(topas/results.py), run_dir, backend, kv_pool_override and load_tag; everything is read
-from the run's own summary.json and config.yaml, never from its folder name.
+(topas/results.py), run_dir, backend, kv_pool_override, host_cache_ratio, mem_fraction_static
+and load_tag; everything is read from the run's own summary.json and config.yaml, never from
+its folder name.
 
 `load_experiment` reads one experiment's last sweep (its plan and manifest, topas/sweep.py):
 only the runs that sweep produced, so folders left by other configs are never mixed in, plus
@@ -27,8 +28,10 @@ def _row(run_dir: Path) -> dict:
     cfg_file = run_dir / "config.yaml"
     cfg = yaml.safe_load(cfg_file.read_text()) if cfg_file.exists() else {}
     s.pop("files", None)
+    b = cfg.get("backend") or {}
     s.update(experiment=cfg.get("experiment_name", ""), run_dir=str(run_dir), backend=s.get("backend", "sim"),
-             kv_pool_override=(cfg.get("backend") or {}).get("kv_pool_tokens"))
+             kv_pool_override=b.get("kv_pool_tokens"), host_cache_ratio=b.get("host_cache_ratio"),
+             mem_fraction_static=b.get("mem_fraction_static"))
     return s
 
 
@@ -51,6 +54,8 @@ def load_runs(root: str | Path = ROOT / "runs", experiment: str | None = None) -
 
 def _job_fields(job: str) -> dict:
     kv = dict(o.lstrip("+").split("=", 1) for o in job.split() if "=" in o)
+    if "regime_point" in kv:  # a regime cell names its workload: <workload>_load<L> or <workload>_paper
+        kv.setdefault("workload", kv["regime_point"].rsplit("_", 1)[0])
     return {"workload": kv.get("workload", ""), "scheduler": kv.get("scheduler", ""), "seed": kv.get("seed", "")}
 
 

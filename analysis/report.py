@@ -7,28 +7,26 @@
 from __future__ import annotations
 
 import argparse
-import math
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from analysis import display as D
 from analysis import figures as F
+from analysis import regime as R
+from analysis import style
 from analysis import tables as T
+from analysis.figures_claims import paper_vs_ours
 from analysis.load import ROOT, load_experiment
 
-EXPERIMENTS = ("main", "load_sweep", "kv_budget", "ablation", "overhead", "motivation")
+EXPERIMENTS = ("main", "load_sweep", "kv_budget", "ablation", "overhead", "motivation", "regime")
 WALLCLOCK_CLAIMS = ("overhead_ms", "overhead_fraction")
 
 
-def _write(out: Path, name: str, df: pd.DataFrame, title: str, note: str = "") -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.md").write_text(f"# {title}\n\n{note}\n\n{T.to_markdown(df)}\n" if note else f"# {title}\n\n{T.to_markdown(df)}\n")
-    (out / f"{name}.tex").write_text(T.to_latex(df))
-
-
-def _main_tables(main: pd.DataFrame, failed: pd.DataFrame, out: Path) -> None:
+def _main_tables(main: pd.DataFrame, failed: pd.DataFrame, out: Path) -> pd.DataFrame:
     tab = T.jct_table(main)
     # a (workload, scheduler) with failed or missing runs says so: its row is over fewer seeds
     lost = failed[failed["workload"].ne("")].groupby(["workload", "scheduler"]).size().rename("missing")
@@ -37,11 +35,12 @@ def _main_tables(main: pd.DataFrame, failed: pd.DataFrame, out: Path) -> None:
     tab["seeds"] = tab["seeds"].fillna(0).astype(int)
     tab["workload"] = pd.Categorical(tab["workload"], [w for w in T.WORKLOAD_ORDER if w in set(tab["workload"])]
                                      + sorted(set(tab["workload"]) - set(T.WORKLOAD_ORDER)))
-    tab = tab.sort_values(["workload", "jct_mean"])
-    note = "Mean over seeds; *_ci = 95% CI half-width. Loads: 0.7 x each workload's measured capacity."
-    if tab["missing"].any():
-        note += " **Incomplete**: `missing` counts runs that failed or never finished (failed_runs.md)."
-    _write(out, "main_jct", tab, "Mean / p99 JCT per workload and scheduler (s)", note)
+    tab = D.main_display(tab.sort_values(["workload", "jct_mean"]))
+    note = f"Mean over seeds with the 95% Student-t CI half-width. {style.caption(main)}."
+    if tab["missing runs"].any():
+        note += " **Incomplete**: `missing runs` counts runs that failed or never finished (failed_runs.md)."
+    D.write_table(out, "main_jct", tab, "Mean and p99 JCT per workload and scheduler (s)", note)
+    return tab
 
 
 JCT_FIGURES = ("jct_mean", "jct_p50", "jct_p90", "jct_p99", "jct_max")
@@ -75,7 +74,8 @@ def _special_claims(runs: dict[str, pd.DataFrame], claims: dict[str, Any]) -> li
             c = by_id[cid]
             x = paper_rate[c["metric"]].to_numpy(dtype=float)
             ours = float(x.mean()) if len(x) else float("nan")
-            rows.append({"claim": cid, "workload": c["workload"], "metric": c["metric"], "baseline_set": "", "vs": "",
+            rows.append({"claim": cid, "workload": c["workload"], "metric": c["metric"], "unit": c.get("unit", "change"),
+                         "baseline_set": "", "vs": "",
                          "paper": c["paper"], "ours": ours, "ci95": T.ci95(x), "seeds": len(x), "difference": ours - c["paper"],
                          "direction_reproduced": bool(ours <= c["paper"]), "magnitude_reproduced": bool(ours <= c["paper"])})
     mo = runs["motivation"]
@@ -87,92 +87,129 @@ def _special_claims(runs: dict[str, pd.DataFrame], claims: dict[str, Any]) -> li
         ratio = (a[seeds] / g[seeds]).to_numpy(dtype=float)
         ours, ci = float(ratio.mean()), T.ci95(ratio)
         rows.append({"claim": "motivation_batch", "workload": "two_agents", "metric": "batch ratio alternating/grouped",
-                     "baseline_set": "", "vs": "grouped", "paper": c["paper"], "ours": ours, "ci95": ci, "seeds": len(seeds),
+                     "unit": c.get("unit", "ratio"), "baseline_set": "", "vs": "grouped", "paper": c["paper"], "ours": ours, "ci95": ci, "seeds": len(seeds),
                      "difference": ours - c["paper"], "direction_reproduced": bool(len(seeds) >= 2 and ours + ci < 1),
                      "magnitude_reproduced": bool(1 - ours >= (2 / 3) * (1 - c["paper"]))})
     return rows
 
 
-def log_to_wandb(out: Path, figs: list[Path], verdicts: pd.DataFrame, mode: str, name: str) -> None:
-    """The same figures and the claims table, logged to one W&B run (offline unless mode=online)."""
+def log_to_wandb(figs: dict[str, Path], tables: dict[str, pd.DataFrame], mode: str, out: Path, group: str) -> None:
+    """One W&B run (job_type report) with every figure and table (offline unless mode=online)."""
+    import time
+
     import wandb
 
-    run = wandb.init(project="topas-harness", mode=mode, dir=str(out), name=name, job_type="analysis", reinit=True)
-    try:
-        run.log({p.stem: wandb.Image(str(p)) for p in figs})
-        if not verdicts.empty:
-            run.log({"claims": wandb.Table(dataframe=verdicts.astype({"ours": float, "ci95": float}))})
-    finally:
-        run.finish()
+    name = f"report-{group}-{time.strftime('%Y%m%d-%H%M%S')}"  # a report per regeneration, never the same name
+    with wandb.init(project="topas-harness", mode=mode, dir=str(out), name=name, group=group, job_type="report",
+                    tags=["report"]) as run:
+        run.log({f"figures/{k}": wandb.Image(str(p)) for k, p in figs.items()})
+        run.log({f"tables/{k}": wandb.Table(dataframe=v.astype(str)) for k, v in tables.items() if not v.empty})
+
+
+def load_all(names: dict[str, str] | None = None, root: Path | None = None) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
+    """(experiment -> runs of its last sweep, every failed or missing run)."""
+    names = {e: e for e in EXPERIMENTS} | (names or {})  # an experiment not named reads its default-grid runs
+    empty = pd.DataFrame(columns=["experiment", "workload", "scheduler", "seed"])
+    runs, lost = {}, []
+    for e in EXPERIMENTS:
+        r, f = load_experiment(names[e], root or ROOT / "runs")
+        runs[e] = r if len(r) else empty
+        lost.append(f)
+    return runs, pd.concat(lost, ignore_index=True)
+
+
+def claim_verdicts(runs: dict[str, pd.DataFrame], claims: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Every claim the runs can answer, with its verdict (numeric; D.claims_display formats it)."""
+    claims = claims or T.load_claims()
+    rows = [T.reduction_rows(runs[e], claims, experiment=e) for e in ("main", "overhead") if not runs[e].empty]
+    if not runs["ablation"].empty:
+        rows.append(T.ablation_rows(runs["ablation"], claims))
+    rows.append(pd.DataFrame(_special_claims(runs, claims)))
+    rows = [r for r in rows if not r.empty]
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def make_figures(runs: dict[str, pd.DataFrame], verdicts: pd.DataFrame, claims: dict[str, Any] | None = None) -> dict:
+    """name (path under the results folder, without .png) -> Figure, for every figure the runs allow."""
+    claims = claims or T.load_claims()
+    main = runs["main"]
+    timed = verdicts["claim"].isin(WALLCLOCK_CLAIMS) if not verdicts.empty else []
+    figs = {
+        "main_jct": F.main_jct(main, claims), "jct_cdf": F.jct_cdf(main, claims) if not main.empty else None,
+        "jct_vs_load": F.jct_vs_load(runs["load_sweep"]), "kv_budget": F.kv_budget(runs["kv_budget"]),
+        "ablation": F.ablation(runs["ablation"], claims), "wallclock/overhead": F.overhead(runs["overhead"], claims),
+        "motivation": F.motivation(runs["motivation"], claims), "regime": R.heatmap(runs["regime"]),
+        # wall-clock claims change on every run: kept out of the committed summary
+        "paper_vs_ours": paper_vs_ours(verdicts[~timed] if len(verdicts) else verdicts, main),
+    }
+    if not main.empty:
+        for w in ("metagpt_tl", "dag4"):
+            best = T.best_baseline(main, w, "jct_mean", claims["paper_baselines"])
+            if best:
+                figs[f"timeline_{w}"] = F.timeline(main, w, best)
+    return {k: f for k, f in figs.items() if f is not None}
+
+
+CLAIMS_NOTE = ("ours = mean over seeds of the paired relative change (TOPAS - best baseline) / best baseline "
+               "(ablation: TOPAS vs TOPAS-base); 95% CI = Student-t half-width over seeds (pp: percentage points). "
+               "baselines: the paper's set or the full set (with the extra baselines); one row when both sets have the "
+               "same best baseline. Verdicts per docs/protocol.md: direction when the CI excludes zero on the paper's "
+               "side, magnitude when ours is at least 2/3 of the paper's. paper_vs_ours.png draws this table. "
+               "The decision-overhead claims are measured in wall-clock time: wallclock/claims_wallclock.md.")
 
 
 def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analysis" / "results", runs_root: Path | None = None,
            wandb_mode: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # a batch job: never open a window
     names = names or {e: e for e in EXPERIMENTS}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    root = runs_root or ROOT / "runs"
-    empty = pd.DataFrame(columns=["experiment", "workload", "scheduler", "seed"])
-    runs, lost = {}, []
-    for e in EXPERIMENTS:
-        r, f = load_experiment(names[e], root)
-        runs[e] = r if len(r) else empty
-        lost.append(f)
-    failed = pd.concat(lost, ignore_index=True)
+    runs, failed = load_all(names, runs_root)
     claims = T.load_claims()
+    tables: dict[str, pd.DataFrame] = {}
     if not runs["main"].empty:
-        _main_tables(runs["main"], failed[failed["experiment"] == names["main"]], out)
+        tables["main_jct"] = _main_tables(runs["main"], failed[failed["experiment"] == names["main"]], out)
         _regeneration_sample(runs["main"], out)
         best = {T.best_baseline(runs["main"], w, "jct_mean", claims["paper_baselines"]) for w in set(runs["main"]["workload"])}
-        _write(out, "breakdown", T.time_breakdown(runs["main"], sorted(best | {"topas", "fcfs"})),
-               "Where the time goes: TOPAS vs the best baselines",
-               "Mean over seeds. queue_s / service_s: per call, ready -> first admission and first admission -> finish.")
-    rows = []
-    for exp in ("main", "overhead"):
-        if not runs[exp].empty:
-            rows.append(T.reduction_rows(runs[exp], claims, experiment=exp))
-    if not runs["ablation"].empty:
-        rows.append(T.ablation_rows(runs["ablation"], claims))
-    rows.append(pd.DataFrame(_special_claims(runs, claims)))
-    verdicts = pd.concat([r for r in rows if not r.empty], ignore_index=True) if any(not r.empty for r in rows) else pd.DataFrame()
+        tables["breakdown"] = D.breakdown_display(T.time_breakdown(runs["main"], sorted(best | {"topas", "fcfs"})))
+        D.write_table(out, "breakdown", tables["breakdown"], "Where the time goes: TOPAS vs the best baselines",
+                      "Mean over seeds. queueing / service per call: ready -> first admission and first admission -> finish.")
+    regime = R.write(runs["regime"], out)
+    if not regime.empty:
+        tables["regime"] = regime
+    verdicts = claim_verdicts(runs, claims)
     if not verdicts.empty:
         # decision times are wall clock: they differ on every run, so they go to wallclock/ (not committed)
         timed = verdicts["claim"].isin(WALLCLOCK_CLAIMS)
-        _write(out, "claims", verdicts[~timed], "The paper's claims: paper vs ours",
-               "ours = mean over seeds of the paired relative change (TOPAS - best baseline) / best baseline "
-               "(ablation: TOPAS vs TOPAS-base); ci95 = 95% CI half-width. Verdicts per DESIGN.md section 9. "
-               "The decision-overhead claims are measured in wall-clock time: wallclock/claims_wallclock.md.")
+        tables["claims"] = D.claims_display(verdicts[~timed])
+        D.write_table(out, "claims", tables["claims"], "The paper's claims: paper vs ours", CLAIMS_NOTE)
         if timed.any():
-            _write(out / "wallclock", "claims_wallclock", verdicts[timed], "The paper's overhead claims (wall clock, this machine)",
-                   "Decision time of TOPAS in wall-clock milliseconds: machine-dependent, so not committed.")
-    figs = [
-        F.jct_cdf(runs["main"], out) if not runs["main"].empty else None,
-        F.jct_vs_load(runs["load_sweep"], out),
-        F.kv_budget(runs["kv_budget"], out),
-        F.ablation(runs["ablation"], out),
-        F.overhead(runs["overhead"], out / "wallclock"),
-        F.motivation(runs["motivation"], out),
-    ]
-    if not runs["main"].empty:
-        for w in ("metagpt_tl", "dag4"):
-            best = T.best_baseline(runs["main"], w, "jct_mean", claims["paper_baselines"])
-            if best:
-                figs.append(F.timeline(runs["main"], out, w, best))
-    figs = [p for p in figs if p]
+            D.write_table(out / "wallclock", "claims_wallclock", D.claims_display(verdicts[timed]),
+                          "The paper's overhead claims (wall clock, this machine)",
+                          "Decision time of TOPAS in wall-clock milliseconds: machine-dependent, so not committed.")
+    fidelity = out / "fidelity" / "fidelity.json"
+    if fidelity.exists():  # written by `make fidelity`; its LaTeX version is made here
+        tables["fidelity"] = D.fidelity_display(json.loads(fidelity.read_text()))
+        (out / "fidelity" / "fidelity.tex").write_text(D.to_latex(
+            tables["fidelity"], "Simulator fidelity: the simulator vs the real SGLang server on identical traces "
+            "(errors (sim - real) / real; noise: the real server's run-to-run spread).", "fidelity"))
+    figs = {k: F.save(f, out / f"{k}.png") for k, f in make_figures(runs, verdicts, claims).items()}
     if not failed.empty:
-        _write(out, "failed_runs", failed[["experiment", "job", "status", "error"]],
-               "Runs that failed or are missing (left out of every table and figure)",
-               "status: failed (the error's last line, from the run folder's error.txt), missing (never reported: "
-               "killed or aborted sweep), damaged (a file does not match its digest).")
+        D.write_table(out, "failed_runs", failed[["experiment", "job", "status", "error"]],
+                      "Runs that failed or are missing (left out of every table and figure)",
+                      "status: failed (the error's last line, from the run folder's error.txt), missing (never reported: "
+                      "killed or aborted sweep), damaged (a file does not match its digest).")
     else:
         for ext in ("md", "tex"):
             (out / f"failed_runs.{ext}").unlink(missing_ok=True)
     print_summary(verdicts)
     if not failed.empty:
         print(f"{len(failed)} run(s) failed or are missing and are left out: {out / 'failed_runs.md'}")
-    print("figures: " + ", ".join(p.name for p in figs))
+    print("figures: " + ", ".join(f"{k}.png" for k in figs))
     if wandb_mode:
-        log_to_wandb(out, figs, verdicts, wandb_mode, name=f"report-{names['main']}")
+        log_to_wandb(figs, tables, wandb_mode, out, group=names["main"].replace("main", "report", 1))
     return verdicts, failed
 
 
@@ -180,19 +217,16 @@ def print_summary(v: pd.DataFrame) -> None:
     if v.empty:
         print("no claims evaluated (no runs found)")
         return
-    print(f"{'claim':20s} {'set':10s} {'vs':14s} {'paper':>9s} {'ours':>9s} {'+-ci':>8s}  direction  magnitude")
-    for r in v.itertuples():
-        pct = r.claim.startswith(("chain", "dag", "sop", "tl", "ablation"))
-        fmt = (lambda x: T.fmt_pct(x)) if pct else (lambda x: "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.4g}")
-        print(f"{r.claim:20s} {r.baseline_set:10s} {str(r.vs):14s} {fmt(r.paper):>9s} {fmt(r.ours):>9s} {fmt(r.ci95):>8s}  "
-              f"{'yes' if r.direction_reproduced else 'no':9s}  {'yes' if r.magnitude_reproduced else 'no'}")
+    print(D.claims_display(v)[["claim", "baselines", "vs", "paper", "ours", "95% CI", "direction reproduced",
+                               "magnitude reproduced"]].to_string(index=False))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suffix", default="", help="experiment-name suffix of the grid (e.g. _quick)")
     ap.add_argument("--out", default=str(ROOT / "analysis" / "results"))
-    ap.add_argument("--wandb", choices=["offline", "online"], default=None, help="also log figures and claims to W&B")
+    ap.add_argument("--wandb", choices=["offline", "online"], default=None,
+                    help="also log every figure and table to one W&B run (job_type report)")
     a = ap.parse_args()
     _, failed = report({e: e + a.suffix for e in EXPERIMENTS}, a.out, wandb_mode=a.wandb)
     raise SystemExit(1 if len(failed) else 0)

@@ -2,9 +2,12 @@
 
 Statistics over seeds: mean and a 95% Student-t confidence interval. A reduction is
 computed per seed, paired (TOPAS and the best baseline on the same trace), then averaged:
-(TOPAS - best) / best. Verdicts (DESIGN.md section 9): *direction reproduced* when the CI
+(TOPAS - best) / best. Verdicts (docs/protocol.md): *direction reproduced* when the CI
 of the reduction excludes zero on the paper's side; *magnitude reproduced* when our mean
-reduction is at least 2/3 of the paper's.
+reduction is at least 2/3 of the paper's. The figures use the same `ci95` (analysis/figures.py).
+
+The computed frames stay numeric (figures and W&B read them); `claims_display`,
+`main_display` and `breakdown_display` make the readable versions that are written out.
 """
 
 from __future__ import annotations
@@ -28,6 +31,12 @@ def ci95(x: np.ndarray) -> float:
     if len(x) < 2:
         return float("nan")
     return float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+
+
+def mean_ci(df: pd.DataFrame, by: list[str], metric: str) -> pd.DataFrame:
+    """Mean, 95% t-CI half-width and count of `metric` over seeds per `by` group."""
+    g = df.groupby(by, observed=True)[metric]
+    return pd.DataFrame({"mean": g.mean(), "ci": g.apply(lambda s: ci95(s.to_numpy())), "n": g.size()}).reset_index()
 
 
 def load_claims(path: str | Path = CLAIMS) -> dict[str, Any]:
@@ -72,8 +81,10 @@ def reduction_rows(df: pd.DataFrame, claims: dict[str, Any], target: str = "topa
             continue
         if "arrival_rate" in c and len(df):
             df = df[np.isclose(df["arrival_rate"].astype(float), c["arrival_rate"])]
-        for set_name, baselines in sets.items():
-            best = best_baseline(df, c["workload"], c["metric"], baselines)
+        bests = {name: best_baseline(df, c["workload"], c["metric"], b) for name, b in sets.items()}
+        if bests["paper set"] == bests["full set"]:  # one row when both sets have the same best baseline
+            bests = {"paper = full set": bests["paper set"]}
+        for set_name, best in bests.items():
             if best is None or target not in set(df[df["workload"] == c["workload"]]["scheduler"]):
                 continue
             ours, ci, n = paired_change(df, c["workload"], c["metric"], target, best)
@@ -87,7 +98,8 @@ def _verdict(c: dict[str, Any], ours: float, ci: float, n: int, vs: str, baselin
     direction = bool(n >= 2 and not math.isnan(ci) and sign * ours - ci > 0)
     magnitude = bool(not math.isnan(ours) and sign * ours >= (2 / 3) * abs(paper))
     return {
-        "claim": c["id"], "workload": c.get("workload", ""), "metric": c["metric"], "baseline_set": baseline_set, "vs": vs,
+        "claim": c["id"], "workload": c.get("workload", ""), "metric": c["metric"], "unit": c.get("unit", "change"),
+        "baseline_set": baseline_set, "vs": vs,
         "paper": paper, "ours": ours, "ci95": ci, "seeds": n, "difference": ours - paper,
         "direction_reproduced": direction, "magnitude_reproduced": magnitude,
     }
@@ -101,18 +113,6 @@ def ablation_rows(df: pd.DataFrame, claims: dict[str, Any]) -> pd.DataFrame:
         ours, ci, n = paired_change(df, c["workload"], c["metric"], "topas", c["baseline"])
         rows.append(_verdict(c, ours, ci, n, vs=c["baseline"]))
     return pd.DataFrame(rows)
-
-
-def fmt_pct(x: float) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:+.1f}%"
-
-
-def to_markdown(df: pd.DataFrame) -> str:
-    return df.to_markdown(index=False, floatfmt=".3f")
-
-
-def to_latex(df: pd.DataFrame) -> str:
-    return df.to_latex(index=False, float_format="%.3f", escape=True)
 
 
 def time_breakdown(df: pd.DataFrame, schedulers: list[str]) -> pd.DataFrame:

@@ -1,71 +1,119 @@
-"""Write the analysis notebooks (one per experiment). Re-run after editing:
-    python analysis/notebooks/make_notebooks.py
-Each notebook reads runs/ (or $TOPAS_RUNS_ROOT) and $TOPAS_EXPERIMENT_SUFFIX (e.g. _quick)."""
+"""Write the analysis notebooks (one per experiment) and, with --execute, run them so they are
+committed with their outputs (tables and figures inline):
 
+    python analysis/notebooks/make_notebooks.py --execute
+
+Each notebook has a papermill-style cell tagged `parameters` (RUNS_ROOT, SUFFIX, SAVE_DIR):
+    papermill analysis/notebooks/main_comparison.ipynb out.ipynb -p SUFFIX _quick
+(or edit the cell). Without runs it shows the committed figures of analysis/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
 from pathlib import Path
 
 import nbformat as nbf
 
 HERE = Path(__file__).resolve().parent
-SETUP = """import os, sys
+ROOT = HERE.parents[1]
+PARAMETERS = """# parameters (papermill: -p NAME VALUE)
+RUNS_ROOT = None  # folder of the run outputs; None: <repo>/runs
+SUFFIX = ""  # experiment-name suffix of the grid: "" (default grid), "_quick", "_full"
+SAVE_DIR = None  # also save each figure as PNG here; None: only show it
+"""
+SETUP = """%matplotlib inline
 from pathlib import Path
-ROOT = Path.cwd().resolve()
-while not (ROOT / "pyproject.toml").exists() and ROOT != ROOT.parent:
-    ROOT = ROOT.parent
-sys.path.insert(0, str(ROOT))
-from analysis.load import load_experiment
-from analysis import tables as T, figures as F
-RUNS = Path(os.environ.get("TOPAS_RUNS_ROOT", ROOT / "runs"))
-SUFFIX = os.environ.get("TOPAS_EXPERIMENT_SUFFIX", "")
-OUT = Path(os.environ.get("TOPAS_NOTEBOOK_OUT", ROOT / "analysis" / "results" / "notebooks"))
-def experiment(name):
-    # the runs of the experiment's last sweep (failed or missing ones are reported, not counted)
-    runs, failed = load_experiment(name + SUFFIX, RUNS)
-    if len(failed):
-        print(f"{len(failed)} run(s) of {name + SUFFIX} failed or are missing")
-    return runs
+
+from IPython.display import Image, Markdown, display
+
+from analysis import display as D
+from analysis import figures as F
+from analysis import style
+from analysis import tables as T
+from analysis.figures_claims import paper_vs_ours
+from analysis.load import ROOT
+from analysis.report import claim_verdicts, load_all
+
+RUNS = Path(RUNS_ROOT) if RUNS_ROOT else ROOT / "runs"
+runs, failed = load_all({e: e + SUFFIX for e in ("main", "load_sweep", "kv_budget", "ablation", "overhead", "motivation")}, RUNS)
+if len(failed):
+    display(Markdown(f"**{len(failed)} run(s) failed or are missing** (left out): see failed_runs.md"))
+
+
+def show(fig, name):
+    \"\"\"Show a figure inline (and save it under SAVE_DIR); without runs, the committed PNG.\"\"\"
+    if fig is None:
+        png = ROOT / "analysis" / "results" / f"{name}.png"
+        print(f"no runs under {RUNS} for this figure" + (": the committed one" if png.exists() else ""))
+        return Image(str(png)) if png.exists() else None
+    if SAVE_DIR:
+        F.save(fig, Path(SAVE_DIR) / f"{name}.png")
+    return fig
 """
 NOTEBOOKS = {
-    "main_comparison": ("Main comparison: JCT per workload and scheduler, reductions vs the best baseline", """df = experiment("main")
-if df.empty:
-    print("no runs of experiment main" + SUFFIX)
-else:
-    claims = T.load_claims()
-    display(T.jct_table(df))
-    display(T.reduction_rows(df, claims))
-    F.jct_cdf(df, OUT)
-"""),
-    "load_sweep": ("JCT vs offered load", """df = experiment("load_sweep")
-print(len(df), "runs")
-if not df.empty:
-    F.jct_vs_load(df, OUT)
-"""),
-    "kv_budget": ("KV-budget sensitivity", """df = experiment("kv_budget")
-print(len(df), "runs")
-if not df.empty:
-    F.kv_budget(df, OUT)
-"""),
-    "ablation": ("Ablation on MetaGPT-TL", """df = experiment("ablation")
-if not df.empty:
-    display(T.ablation_rows(df, T.load_claims()))
-    F.ablation(df, OUT)
-"""),
-    "overhead": ("TOPAS decision overhead", """df = experiment("overhead")
-if not df.empty:
-    display(df[["arrival_rate", "seed", "decision_ms_mean", "decision_ms_p99", "decision_overhead_fraction"]])
-    F.overhead(df, OUT)
-"""),
-    "motivation": ("Motivation: alternating agents shrink the batch", """df = experiment("motivation")
-if not df.empty:
-    display(df[["workload", "seed", "mean_batch_size", "makespan_s"]])
-    F.motivation(df, OUT)
-"""),
+    "main_comparison": ("Main comparison: JCT per workload and scheduler, and the paper's claims", [
+        """df = runs["main"]
+print(f"{len(df)} runs of main{SUFFIX}: {style.caption(df)}")
+D.main_display(T.jct_table(df)) if len(df) else None""",
+        """verdicts = claim_verdicts(runs)
+D.claims_display(verdicts) if len(verdicts) else None""",
+        'show(paper_vs_ours(verdicts[~verdicts["claim"].isin(["overhead_ms", "overhead_fraction"])] '
+        'if len(verdicts) else verdicts, df), "paper_vs_ours")',
+        'show(F.main_jct(df) if len(df) else None, "main_jct")',
+        'show(F.jct_cdf(df) if len(df) else None, "jct_cdf")',
+        """best = T.best_baseline(df, "metagpt_tl", "jct_mean", T.load_claims()["paper_baselines"]) if len(df) else None
+show(F.timeline(df, "metagpt_tl", best) if best else None, "timeline_metagpt_tl")""",
+    ]),
+    "load_sweep": ("Mean JCT vs offered load", ['show(F.jct_vs_load(runs["load_sweep"]), "jct_vs_load")']),
+    "kv_budget": ("KV-cache budget sensitivity", ['show(F.kv_budget(runs["kv_budget"]), "kv_budget")']),
+    "ablation": ("Ablation on MetaGPT-TL", [
+        """df = runs["ablation"]
+D.claims_display(T.ablation_rows(df, T.load_claims())) if len(df) else None""",
+        'show(F.ablation(df), "ablation")',
+    ]),
+    "overhead": ("TOPAS decision overhead (wall clock)", [
+        """df = runs["overhead"]
+df[["arrival_rate", "seed", "decision_ms_mean", "decision_ms_p99", "decision_overhead_fraction"]] if len(df) else None""",
+        'show(F.overhead(df), "wallclock/overhead")',
+    ]),
+    "motivation": ("Motivation: alternating agents shrink the batch", [
+        """df = runs["motivation"]
+df[["workload", "seed", "mean_batch_size", "makespan_s"]] if len(df) else None""",
+        'show(F.motivation(df), "motivation")',
+    ]),
 }
 
-for name, (title, body) in NOTEBOOKS.items():
+
+def build(name: str, title: str, cells: list[str]) -> nbf.NotebookNode:
     nb = nbf.v4.new_notebook()
-    nb.cells = [nbf.v4.new_markdown_cell(f"# {title}\n\nRegenerated from run outputs (`runs/`)."),
-                nbf.v4.new_code_cell(SETUP), nbf.v4.new_code_cell(body)]
+    params = nbf.v4.new_code_cell(PARAMETERS)
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [nbf.v4.new_markdown_cell(f"# {title}\n\nRegenerated from the run outputs (`runs/`, `make reproduce`) "
+                                         "with the report's code (analysis/). Parameters below; re-run with *Run All*."),
+                params, nbf.v4.new_code_cell(SETUP), *[nbf.v4.new_code_cell(c) for c in cells]]
+    for i, c in enumerate(nb.cells):  # stable ids: regenerating does not churn the diff
+        c["id"] = f"{name}-{i}"
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbf.write(nb, HERE / f"{name}.ipynb")
-print("wrote", ", ".join(NOTEBOOKS))
+    return nb
+
+
+def execute(nb: nbf.NotebookNode, timeout: int = 600) -> nbf.NotebookNode:
+    from nbclient import NotebookClient
+
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    return nb
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--execute", action="store_true", help="run each notebook on runs/ and save it with its outputs")
+    a = ap.parse_args()
+    for name, (title, cells) in NOTEBOOKS.items():
+        nb = build(name, title, cells)
+        nbf.write(execute(nb) if a.execute else nb, HERE / f"{name}.ipynb")
+        print("wrote", name)
+
+
+if __name__ == "__main__":
+    main()
