@@ -36,7 +36,7 @@ Deviations: quanta, demotion, promotion and preemption are evaluated at the engi
 decision points (events), not every iteration; preemption in our engine recomputes the
 generated tokens instead of swapping them to host; Algorithm 1's numeric defaults are
 not given in the text available to us, so K, quanta and beta are our choice (recorded
-in conf/scheduler/autellix_las.yaml) and get the tuning budget of DESIGN.md section 9.
+in conf/scheduler/autellix_las.yaml) and get the tuning budget of docs/protocol.md.
 Out-of-memory needs of preemption use estimated (never true) remaining outputs.
 """
 

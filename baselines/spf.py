@@ -1,7 +1,6 @@
 """SPF: shortest (estimated) processing first; on a chain, SRPT at task level.
 
-Source: the TOPAS paper's SPF baseline ("SPF (= SRPT on Chain-3)", DESIGN.md
-section 3); SRPT itself is Schrage's shortest-remaining-processing-time rule.
+Source: the TOPAS paper's SPF baseline ("SPF (= SRPT on Chain-3)", docs/baselines.md); SRPT itself is Schrage's shortest-remaining-processing-time rule.
 
 Every waiting request is ranked by the estimated remaining processing of its *task*
 (`granularity: task`, the default): the expected service of everything the task still
@@ -12,7 +11,7 @@ remaining decode; `topas.policy.progress`). On a chain this is exactly SRPT over
 tasks. Ties: earlier ready time, then request id. `granularity: request` ranks each
 request by its own estimated remaining processing instead (call-level SPF).
 
-Estimates only (DESIGN.md section 9): output lengths come from a `ServiceEstimator`
+Estimates only (docs/policy_contract.md): output lengths come from a `ServiceEstimator`
 that starts from the workload-independent prior and learns from `RequestFinished`
 events; the latency model turns tokens into seconds. Expected repetition counts come
 from the template.
@@ -85,7 +84,7 @@ class SPF(Policy):
     @dataclass(frozen=True)
     class Params:
         granularity: Literal["task", "request"] = "task"  # task = SRPT over tasks (the paper's SPF on Chain-3)
-        prior_output_tokens: float = 256.0  # workload-independent prior (DESIGN.md section 9)
+        prior_output_tokens: float = 256.0  # workload-independent prior (docs/policy_contract.md)
         prior_weight: float = 1.0
         batch_size: int = 16  # typical decode batch used to turn tokens into seconds
         context_tokens: int = 4096  # typical context of that batch

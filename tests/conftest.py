@@ -1,7 +1,9 @@
-"""Shared test fixtures: a cheap latency model, hand-built traces, a sim runner."""
+"""Shared test fixtures: a cheap latency model, hand-built traces, a sim runner, the run
+invariants and a decision recorder. Test modules import helpers from here, never from each other."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Sequence
 
@@ -12,7 +14,8 @@ from topas.engines.latency.base import LatencyModel
 from topas.engines.latency.costs import LatencyCostModel
 from topas.engines.sim.config import SimEngineConfig
 from topas.engines.sim.engine import SimEngine
-from topas.policy import Policy, create_policy
+from topas.engines.sim.records import sim_record
+from topas.policy import Policy, RequestFinished, create_policy
 from topas.workflow import Agent, CallNode, SegmentRef, Task, Trace, Workflow, template_of
 
 # the same examples on every run: CI is reproducible; explore more with --hypothesis-profile=explore
@@ -105,3 +108,65 @@ def make_view(waiting=(), running=(), tasks=None, templates=None, prefixes=None,
                          kv_used_tokens=used, kv_evictable_tokens=evictable, host_capacity_tokens=2 * kv,
                          host_used_tokens=0, max_running_requests=256,
                          costs=LatencyCostModel(lat, 262144, 24.0, 5e-6))
+
+
+def check_run(e: SimEngine):
+    """Invariants every run must satisfy; returns the run's record."""
+    trace = e.trace
+    rec = sim_record(e, 0.0)
+    req = rec.requests
+    n_nodes = sum(len(t.workflow.nodes) for t in trace.tasks)
+    # every request finishes exactly once
+    assert len(req) == n_nodes and req["rid"].is_unique and req["finish"].notna().all()
+    # DAG precedence: a call is issued only after all its dependencies finished (+ tool gap)
+    fin = dict(zip(req["rid"], req["finish"]))
+    ready = dict(zip(req["rid"], req["ready"]))
+    for t in trace.tasks:
+        for n in t.workflow.nodes.values():
+            for d in n.deps:
+                assert ready[f"{t.task_id}:{n.id}"] >= fin[f"{t.task_id}:{d}"] + n.gap_s - 1e-12
+    # exact output lengths; prefill before first token before finish
+    out = {f"{t.task_id}:{n.id}": n.output_tokens for t in trace.tasks for n in t.workflow.nodes.values()}
+    assert all(req["output_tokens"] == req["rid"].map(out))
+    assert (req["first_token"] >= req["first_admit"]).all() and (req["finish"] >= req["first_token"]).all()
+    # the KV pool is never exceeded
+    assert rec.timeline["kv_used_tokens"].max() <= e.cfg.kv_pool_tokens
+    e.cache.check_invariants()
+    assert e.pool.private == 0
+    # JCT = last call's finish - arrival
+    last = req.groupby("task_id")["finish"].max()
+    assert (rec.tasks.set_index("task_id")["finish"] - last).abs().max() < 1e-9
+    return rec
+
+
+class Recorder(Policy):
+    """Wraps a policy; records every decision with the time it was taken."""
+
+    def __init__(self, inner: Policy) -> None:
+        super().__init__()
+        self.inner = inner
+        self.name = inner.name
+        self.decisions: list[tuple[float, object]] = []
+        self.finished: list[float] = []
+
+    def on_event(self, event) -> None:
+        if isinstance(event, RequestFinished):
+            self.finished.append(event.time)
+        self.inner.on_event(event)
+
+    def schedule(self, view):
+        d = self.inner.schedule(view)
+        self.decisions.append((view.now, d))
+        return d
+
+
+def lengthen_outputs(trace: Trace, tasks: set[int], extra: int) -> Trace:
+    """The same trace with `extra` more true output tokens on every call of the given tasks."""
+    tasks_out = []
+    for t in trace.tasks:
+        if t.task_id in tasks:
+            wf = t.workflow
+            nodes = {k: dataclasses.replace(n, output_tokens=n.output_tokens + extra) for k, n in wf.nodes.items()}
+            t = dataclasses.replace(t, workflow=Workflow(wf.name, wf.agents, nodes))
+        tasks_out.append(t)
+    return dataclasses.replace(trace, tasks=tuple(tasks_out))

@@ -101,7 +101,7 @@ def spec(group: str, name: str) -> dict:
     ("dtype_bytes", 0, "model.dtype_bytes must be >= 1"),
 ])
 def test_model_fields_are_checked(field, value, msg):
-    from topas.engines.latency.factory import load_model_spec
+    from topas.engines.latency.specs import load_model_spec
 
     with pytest.raises(ValueError) as e:
         load_model_spec({**spec("model", "qwen2_5_32b"), field: value})
@@ -117,7 +117,7 @@ def test_model_fields_are_checked(field, value, msg):
     ("cuda_graph_max_bs", 0, "gpu.cuda_graph_max_bs must be >= 1"),
 ])
 def test_gpu_fields_are_checked(field, value, msg):
-    from topas.engines.latency.factory import load_gpu_spec
+    from topas.engines.latency.specs import load_gpu_spec
 
     with pytest.raises(ValueError) as e:
         load_gpu_spec({**spec("gpu", "a100_80gb"), field: value})
@@ -125,7 +125,7 @@ def test_gpu_fields_are_checked(field, value, msg):
 
 
 def test_model_and_gpu_integral_floats_are_ints():
-    from topas.engines.latency.factory import load_model_spec
+    from topas.engines.latency.specs import load_model_spec
 
     m = load_model_spec({**spec("model", "qwen2_5_32b"), "num_layers": 64.0})
     assert m.num_layers == 64 and isinstance(m.num_layers, int)

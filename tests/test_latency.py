@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from functools import cache
 from pathlib import Path
 
@@ -13,22 +12,16 @@ import yaml
 
 from topas.engines.latency.aiconfigurator import AiconfiguratorLatency, AiconfiguratorUnavailable, sglang_systems
 from topas.engines.latency.base import GpuSpec, LatencyModel, ModelSpec
-from topas.engines.latency.factory import (
-    build_latency_model,
-    load_gpu_spec,
-    load_model_spec,
-    model_spec_from_hf_config,
-    register_latency_model,
-    resolve_hf_config,
-)
+from topas.engines.latency.factory import build_latency_model, register_latency_model
 from topas.engines.latency.memory import default_mem_fraction_static, kv_pool_tokens, max_running_requests
 from topas.engines.latency.roofline import RooflineLatency
+from topas.engines.latency.specs import load_gpu_spec, load_model_spec, model_spec_from_hf_config, resolve_hf_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 MODELS = ["qwen2_5_32b", "qwen2_5_14b", "qwen2_5_7b", "llama3_1_8b"]
 GPUS = ["a100_80gb", "h100_80gb", "h200"]
 
-# DESIGN.md section 5 (ms per iteration): (model, gpu, kind, batch size, reference).
+# docs/engine_model.md, "Iteration latency" (ms per iteration): (model, gpu, kind, batch size, reference).
 # kind "prefill": one request of 2048 tokens; "decode": batch size at context 4096.
 REFERENCE = [
     ("llama3_1_8b", "a100_80gb", "prefill", 1, 134.0),
@@ -154,20 +147,20 @@ def test_grid_close_to_raw_aiconfigurator() -> None:
 # ---- memoisation ----------------------------------------------------------------------------
 
 
-def test_memoised_hot_path_is_fast() -> None:
+def test_repeated_predictions_come_from_the_cache() -> None:
+    """A repeated query is answered from the memo, not recomputed (its speed is a benchmark
+    figure, not a test: `python -m topas.bench` prints it beside its goal)."""
     lat = predictor("aiconfigurator", "qwen2_5_32b", "a100_80gb")
     assert isinstance(lat, AiconfiguratorLatency)
-    lat.decode(17, 5000)
-    lat.prefill([(300, 1200), (50, 0)])
-    hits = lat.cache_info()["decode"].hits  # type: ignore[attr-defined]
-    n = 20000
-    t0 = time.perf_counter()
+    first = lat.decode(17, 5000), lat.prefill([(300, 1200), (50, 0)])
+    before = lat.cache_info()
+    n = 1000
     for _ in range(n):
-        lat.decode(17, 5000)
-        lat.prefill([(300, 1200), (50, 0)])
-    per_call = (time.perf_counter() - t0) / (2 * n)
-    assert lat.cache_info()["decode"].hits >= hits + n  # type: ignore[attr-defined]
-    assert per_call < 20e-6, f"{per_call * 1e6:.1f} us per cached prediction"
+        assert (lat.decode(17, 5000), lat.prefill([(300, 1200), (50, 0)])) == first
+    after = lat.cache_info()
+    for kind in ("decode", "prefill"):
+        assert after[kind].misses == before[kind].misses  # type: ignore[attr-defined]
+        assert after[kind].hits == before[kind].hits + n  # type: ignore[attr-defined]
 
 
 # ---- specs ---------------------------------------------------------------------------------
@@ -219,7 +212,7 @@ def test_kv_pool_qwen32b_a100() -> None:
     tokens = kv_pool_tokens(m, g)
     assert 15_000 <= tokens <= 40_000  # "tens of thousands": the scarcity the paper studies
     assert tokens == 22_035
-    assert kv_pool_tokens(m, g, mem_fraction_static=0.875) == pytest.approx(37_000, rel=0.05)  # DESIGN.md's number
+    assert kv_pool_tokens(m, g, mem_fraction_static=0.875) == pytest.approx(37_000, rel=0.05)  # the floor-only figure (docs/engine_model.md)
     assert kv_pool_tokens(m, g, override=12345) == 12345
     assert max_running_requests(tokens, m.context_len) == 2048
 

@@ -12,14 +12,9 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from topas.engines.latency.factory import (
-    available_latency_models,
-    build_latency_model,
-    load_gpu_spec,
-    load_model_spec,
-    repo_conf_dir,
-)
+from topas.engines.latency.factory import available_latency_models, build_latency_model
 from topas.engines.latency.profile import FORMAT, ProfileError, ProfileLatency, monotone_grid
+from topas.engines.latency.specs import load_gpu_spec, load_model_spec, repo_conf_dir
 
 
 def specs():

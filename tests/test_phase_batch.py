@@ -6,10 +6,8 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import make_trace, make_view, random_agents, random_dag, req_info, run_sim
+from conftest import Recorder, check_run, lengthen_outputs, make_trace, make_view, random_agents, random_dag, req_info, run_sim
 from hydra import compose, initialize_config_dir
-from test_baselines_blind import Recorder, _lengthen
-from test_sim_engine import check_run
 
 from baselines.phase_batch import PhaseBatch, phase_order
 from topas.policy import Decision, create_policy
@@ -106,7 +104,7 @@ def test_decisions_do_not_depend_on_pending_true_output_lengths(limit):
     odd = {t.task_id for t in base.tasks if t.task_id % 2}
     changed = {f"{t.task_id}:{n}" for t in base.tasks if t.task_id in odd for n in t.workflow.nodes}
     runs = []
-    for tr in (base, _lengthen(base, odd, 137)):
+    for tr in (base, lengthen_outputs(base, odd, 137)):
         rec = Recorder(create_policy("phase_batch", {"starvation_limit_s": limit}))
         e = run_sim(tr, rec, ignore_eos=False, max_new_tokens_cap=1024, kv_pool_tokens=12000)
         check_run(e)

@@ -8,11 +8,11 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import chain_workflow, make_trace, run_sim
+from conftest import chain_workflow, engine_config, make_trace, run_sim
 from hydra import compose, initialize_config_dir
 
-from topas.engines.latency.factory import repo_conf_dir
 from topas.engines.latency.profile import FORMAT
+from topas.engines.latency.specs import repo_conf_dir
 from topas.engines.sim.config import ClientPath
 from topas.runner import run
 
@@ -35,10 +35,26 @@ def test_submit_and_return_latency_shift_the_client_view_and_release_successors_
     assert jct(slow) == pytest.approx(jct(base) + 3 * 0.004)
 
 
-def test_defaults_change_nothing():
-    trace = make_trace([chain_workflow(), chain_workflow()], [0.0, 0.01])
-    a, b = run_sim(trace), run_sim(trace, client=ClientPath())
-    assert [r.finish_time for r in a.requests] == [r.finish_time for r in b.requests]
+def test_by_default_the_client_path_adds_nothing():
+    """The default engine has no client path: an idle engine admits a call the moment it is
+    released, a successor is released the moment its predecessor's answer is back, and the
+    answer is back with the last token. Against a client path of one microsecond each way,
+    every one of those gaps moves by exactly that microsecond, so a nonzero default would show."""
+    trace = make_trace([chain_workflow(), chain_workflow()], [0.0, 30.0])  # task 1 finds an idle engine
+
+    def gaps(e):
+        r = {(x.task.task.task_id, x.node): x for x in e.requests}
+        admit = [r[(t, "a")].first_admit_time - r[(t, "a")].ready_time for t in (0, 1)]
+        release = [r[(t, n)].ready_time - r[(t, p)].finish_time for t in (0, 1) for p, n in (("a", "b"), ("b", "c"))]
+        answer = {k: x.finish_time - x.first_token_time for k, x in r.items()}
+        return admit, release, answer
+
+    assert engine_config().client == ClientPath(0.0, 0.0, 0.0, 0.0, 0.0)
+    admit, release, answer = gaps(run_sim(trace))
+    assert admit == [0.0, 0.0] and release == [0.0] * 4
+    admit1, release1, answer1 = gaps(run_sim(trace, client=ClientPath(submit=1e-6, return_=1e-6)))
+    assert admit1 == pytest.approx([1e-6, 1e-6], abs=1e-12) and release1 == [0.0] * 4
+    assert [answer1[k] - answer[k] for k in answer] == pytest.approx([1e-6] * len(answer), abs=1e-12)
 
 
 def test_negative_or_unknown_terms_are_rejected():

@@ -4,7 +4,7 @@ import io
 import random
 
 import pytest
-from conftest import chain_workflow, engine_config, make_trace, random_agents, random_dag, run_sim
+from conftest import chain_workflow, check_run, engine_config, make_trace, random_agents, random_dag, run_sim
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,35 +13,6 @@ from topas.engines.sim.entities import TaskState, make_request
 from topas.engines.sim.radix import RadixCache
 from topas.engines.sim.records import sim_record
 from topas.workflow import Agent, CallNode, Task, Workflow
-
-
-def check_run(e):
-    """Invariants every run must satisfy."""
-    trace = e.trace
-    rec = sim_record(e, 0.0)
-    req = rec.requests
-    n_nodes = sum(len(t.workflow.nodes) for t in trace.tasks)
-    # every request finishes exactly once
-    assert len(req) == n_nodes and req["rid"].is_unique and req["finish"].notna().all()
-    # DAG precedence: a call is issued only after all its dependencies finished (+ tool gap)
-    fin = dict(zip(req["rid"], req["finish"]))
-    ready = dict(zip(req["rid"], req["ready"]))
-    for t in trace.tasks:
-        for n in t.workflow.nodes.values():
-            for d in n.deps:
-                assert ready[f"{t.task_id}:{n.id}"] >= fin[f"{t.task_id}:{d}"] + n.gap_s - 1e-12
-    # exact output lengths; prefill before first token before finish
-    out = {f"{t.task_id}:{n.id}": n.output_tokens for t in trace.tasks for n in t.workflow.nodes.values()}
-    assert all(req["output_tokens"] == req["rid"].map(out))
-    assert (req["first_token"] >= req["first_admit"]).all() and (req["finish"] >= req["first_token"]).all()
-    # the KV pool is never exceeded
-    assert rec.timeline["kv_used_tokens"].max() <= e.cfg.kv_pool_tokens
-    e.cache.check_invariants()
-    assert e.pool.private == 0
-    # JCT = last call's finish - arrival
-    last = req.groupby("task_id")["finish"].max()
-    assert (rec.tasks.set_index("task_id")["finish"] - last).abs().max() < 1e-9
-    return rec
 
 
 def test_chain_runs_in_order_and_reuses_prefixes():

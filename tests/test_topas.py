@@ -4,11 +4,11 @@ import math
 import random
 
 import pytest
-from conftest import make_trace, random_agents, random_dag, run_sim
+from conftest import check_run, make_trace, random_agents, random_dag, run_sim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from topas.policy import create_policy
+from topas.policy import builtin_policy_names, create_policy
 from topas.scheduler import score as S
 from topas.scheduler.progress import PathModel, TaskState, admission_chain, lse
 from topas.scheduler.search import AgentOption, Problem, RunningOption, feasible, greedy_pack, search
@@ -156,31 +156,43 @@ def test_local_search_finds_the_enumerated_optimum_on_almost_every_small_pool():
 
 
 # ---------------------------------------------------------------- the policy
-def test_aging_admits_an_old_task_over_a_stream_of_new_ones():
-    """Only one request fits at a time. A new task's request gains more (Delta_new = 2 x Delta_old),
-    but aging g = 1 + rho log(1 + age/H_age) overtakes that ratio once age > H (e^{(2-1)/rho} - 1):
-    with rho=1, H=60 s, after ~103 s."""
+def _aging_view(now: float):
+    """Room for one call. The old task (id 1, arrived at 0) has two equal parallel calls waiting:
+    admitting one of them removes little from its longest path. The new task (id 0, arrived now)
+    has one call on its only path: admitting it removes the whole expected wait W."""
+    from conftest import make_view, req_info
 
-    def gains(now):
-        old = S.aging(now, 0.0, 1.0, 60.0) * 1.0
-        new = S.aging(now, now, 1.0, 60.0) * 2.0
-        return old, new
+    from topas.policy import PrefixState, TaskProgress
 
-    assert gains(50.0)[0] < gains(50.0)[1]
-    assert gains(110.0)[0] > gains(110.0)[1]
-    bound = 60.0 * (math.e - 1)
-    assert gains(bound - 1)[0] < gains(bound - 1)[1] < gains(bound + 1)[0]
+    templates = {"pair": tpl([TemplateStage("L", "a"), TemplateStage("R", "a")]),
+                 "one": tpl([TemplateStage("x", "a")])}
+    templates = {k: WorkflowTemplate(k, t.agents, t.stages) for k, t in templates.items()}
+    old = [req_info(f"1:{s}", "a", 1, stage=s, arrival=0.0, ready=0.0) for s in ("L", "R")]
+    new = req_info("0:x", "a", 0, stage="x", arrival=now, ready=now)
+    tasks = {1: TaskProgress(1, "pair", 0.0, waiting=("1:L", "1:R")), 0: TaskProgress(0, "one", now, waiting=("0:x",))}
+    prefixes = {"a": PrefixState("a", 500, 500, 0, pinned=False, in_use=False)}
+    # prefix 500 + one call's KV (500 own prompt + 256 prior output) fits; a second call does not
+    return make_view([new, *old], tasks=tasks, templates=templates, prefixes=prefixes, now=now, kv=1800)
+
+
+def test_aging_admits_an_old_task_over_a_new_one_with_a_larger_gain():
+    """The new task's call gains more (W against a fraction of W), so it goes first while the old
+    task is young; once the old task has waited long enough its aging weight g = 1 + rho
+    log(1 + age/H_age) overtakes the ratio, and without aging it never does."""
+    young, old = _aging_view(1.0), _aging_view(1000.0)
+    assert create_policy("topas").schedule(young).admit[0] == "0:x"
+    assert create_policy("topas").schedule(old).admit[0] in {"1:L", "1:R"}
+    assert create_policy("topas", {"use_aging": False}).schedule(old).admit[0] == "0:x"
+    assert create_policy("topas_no_aging").schedule(old).admit[0] == "0:x"
 
 
 def test_topas_never_exceeds_the_budget_and_finishes_everything_in_the_simulator():
-    from test_sim_engine import check_run
-
     rng = random.Random(3)
     agents = random_agents(rng, 4)
     shapes = [random_dag(rng, rng.randint(2, 6), agents, f"w{i}") for i in range(3)]
     wfs = [shapes[i % 3] for i in range(30)]
     tr = make_trace(wfs, sorted(rng.uniform(0, 30) for _ in wfs))
-    for pol in ("topas", "topas_base", "topas_no_reuse", "topas_no_aging"):
+    for pol in [n for n in builtin_policy_names() if n.startswith("topas")]:  # TOPAS and its ablations
         check_run(run_sim(tr, pol, kv_pool_tokens=6000))
 
 

@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
 from topas.workflow import SegmentRef, WorkflowError, validate_workflow
-from topas.workloads import build_trace, dump_trace, load_trace, metagpt, resolve_arrival_rate, warmup_task_ids
+from topas.workloads import build_trace, dump_trace, load_trace, metagpt, resolve_arrival_rate
 from topas.workloads.sampling import MinMedMax
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "workload"
@@ -62,14 +63,15 @@ def test_synthetic_params_override_and_reject():
 
 def test_synthetic_defaults_are_kv_scarce():
     """All prefixes + a full batch (16 calls) exceed the default pool; one prefix + full batch fits."""
-    memory = pytest.importorskip("topas.engines.latency.memory")
-    factory = pytest.importorskip("topas.engines.latency.factory")
     import yaml
 
+    from topas.engines.latency.memory import kv_pool_tokens
+    from topas.engines.latency.specs import load_gpu_spec, load_model_spec
+
     conf = CONF.parent
-    model = factory.load_model_spec(yaml.safe_load((conf / "model" / "qwen2_5_32b.yaml").read_text()))
-    gpu = factory.load_gpu_spec(yaml.safe_load((conf / "gpu" / "a100_80gb.yaml").read_text()))
-    pool = memory.kv_pool_tokens(model, gpu)
+    model = load_model_spec(yaml.safe_load((conf / "model" / "qwen2_5_32b.yaml").read_text()))
+    gpu = load_gpu_spec(yaml.safe_load((conf / "gpu" / "a100_80gb.yaml").read_text()))
+    pool = kv_pool_tokens(model, gpu)
     from topas.workloads.describe import FULL_BATCH, dynamic_kv
 
     for name in ("chain3", "dag4", "dag10_wide"):
@@ -117,7 +119,7 @@ def test_sop_lengths_match_calibration(sop_big):
     for action, d in by.items():
         assert np.median(d["out"]) == pytest.approx(cal.output[action].median, rel=0.10), action
         assert np.median(d["user"]) == pytest.approx(cal.user[action].median, rel=0.10), action
-    # outputs from the sources DESIGN.md section 7 names
+    # outputs from the sources docs/workloads.md names
     assert cal.output["WriteCode"] == MinMedMax(57, 324, 1127)  # replays
     assert cal.output["WriteCodeReview"] == MinMedMax(16, 78, 212)  # rsp cache
 
@@ -258,8 +260,13 @@ def test_yaml_configs_build(name):
 def test_load_resolution_and_warmup():
     c = {**cfg("chain3"), "arrival_rate": None, "load": 0.5}
     assert resolve_arrival_rate(c, capacity=0.2) == pytest.approx(0.1)
+    # the warm-up the run tables mark: the first 10% of tasks by arrival (ties by task id)
+    from topas.results import mark_warmup
+
     t = build_trace(cfg("chain3", n=30), 0)
-    assert warmup_task_ids(t, 0.1) == {0, 1, 2}
+    tasks = pd.DataFrame({"task_id": [x.task_id for x in t.tasks][::-1], "arrival": [x.arrival for x in t.tasks][::-1]})
+    marked = mark_warmup(tasks, 0.1)
+    assert set(marked.loc[marked["warmup"], "task_id"]) == {0, 1, 2}
 
 
 # ---------------------------------------------------------------------------------------------- trace files

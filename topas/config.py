@@ -2,7 +2,7 @@
 
 Each group's YAML is merged into its schema; an unknown key, a wrong type or a value
 out of range is a `ConfigError` whose message is one line naming the problem.
-Model and GPU specs are validated by `topas.engines.latency.factory`, workload configs by
+Model and GPU specs are validated by `topas.engines.latency.specs`, workload configs by
 `topas.workloads.config.WorkloadConfig` (next to the generators whose parameters it checks).
 """
 

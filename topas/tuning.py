@@ -41,7 +41,8 @@ def _grid(**axes: list[Any]) -> list[dict[str, Any]]:
 
 
 # Same budget for everyone: <= BUDGET configurations each (the first one is the paper/source default).
-GRIDS: dict[str, list[dict[str, Any]]] = {
+# A registered scheduler without an entry runs its defaults only (`tuned_schedulers`).
+PARAM_GRIDS: dict[str, list[dict[str, Any]]] = {
     "fcfs": [{}],
     "dfs_weight": [{}],
     # fixed from earlier rounds (same seeds and budget): stop_at_first_misfit=true (skipping was worse), beta 1.0
@@ -54,9 +55,22 @@ GRIDS: dict[str, list[dict[str, Any]]] = {
     "autellix_las": _grid(first_quantum_s=[1.0, 0.5, 2.0], num_levels=[10, 4], starvation_ratio=[8.0, 4.0]),
     "kvflow": _grid(lookahead=[1, 2, 3], max_pin_fraction=[0.5, 0.3], stop_at_first_misfit=[True, False]),
     "continuum_ttl": _grid(eta=[1.0, 0.5, 0.0], max_pin_fraction=[0.5, 0.3], stop_at_first_misfit=[True, False]),
-    # phase_batch_nolimit is its labelled no-limit reference, not tuned
     "phase_batch": _grid(starvation_limit_s=[600.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 900.0, 1800.0, "inf"]),
 }
+NOT_TUNED = {"phase_batch_nolimit": "the labelled no-limit reference of phase_batch"}
+
+
+def tuned_schedulers() -> dict[str, list[dict[str, Any]]]:
+    """Every registered scheduler but the ablation variants and NOT_TUNED, with its grid."""
+    from topas.policy import builtin_policy_names, is_ablation
+
+    unknown = sorted(set(PARAM_GRIDS) - set(builtin_policy_names()))
+    if unknown:
+        raise ValueError(f"tuning grids for unregistered schedulers: {', '.join(unknown)}")
+    return {s: PARAM_GRIDS.get(s, [{}]) for s in builtin_policy_names() if not is_ablation(s) and s not in NOT_TUNED}
+
+
+GRIDS = tuned_schedulers()
 
 
 def sweep_overrides(scheduler: str, runs: Path) -> list[str]:

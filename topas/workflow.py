@@ -2,7 +2,7 @@
 
 A *task* is one user job: a DAG of LLM calls (nodes). Every call belongs to an
 *agent* whose static system prompt (its *prefix*) opens the call's prompt.
-A call's prompt is an ordered list of segments (DESIGN.md section 9):
+A call's prompt is an ordered list of segments (docs/workflow_model.md):
 
     [agent prefix] + history segments (upstream outputs / own earlier turns) + fresh input
 

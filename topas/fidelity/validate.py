@@ -121,7 +121,7 @@ def measure_profile(s: Setup, out: Path) -> Path:
     import tempfile
 
     from topas.config import validate
-    from topas.engines.latency.factory import load_model_spec
+    from topas.engines.latency.specs import load_model_spec
     from topas.engines.sglang import profile as P
     from topas.engines.sglang.backend_config import model_dir, server_args
     from topas.engines.sglang.server import ServerConfig, SGLangServer

@@ -5,7 +5,15 @@ registry from config name to policy class. Policies import only this package and
 
 from topas.policy.decision import Decision
 from topas.policy.events import Event, RequestFinished, RequestReady, TaskArrived
-from topas.policy.registry import Policy, UnknownPolicyError, create_policy, policy_names, register_policy
+from topas.policy.registry import (
+    Policy,
+    UnknownPolicyError,
+    builtin_policy_names,
+    create_policy,
+    is_ablation,
+    policy_names,
+    register_policy,
+)
 from topas.policy.view import CostModel, PrefixState, RequestInfo, Residency, SchedulerView, TaskProgress
 
 __all__ = [
@@ -22,7 +30,9 @@ __all__ = [
     "TaskArrived",
     "TaskProgress",
     "UnknownPolicyError",
+    "builtin_policy_names",
     "create_policy",
+    "is_ablation",
     "policy_names",
     "register_policy",
 ]

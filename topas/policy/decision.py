@@ -1,4 +1,4 @@
-"""What a policy returns at a scheduling point (DESIGN.md section 9, policy contract)."""
+"""What a policy returns at a scheduling point (docs/policy_contract.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Online service estimates shared by policies (DESIGN.md section 9, "Priors").
+"""Online service estimates shared by policies (docs/policy_contract.md, "What a policy may not know").
 
 Per (agent, stage) statistics of *finished* calls: output tokens and service seconds.
 Estimates start from a workload-independent prior (one fixed output length for
@@ -27,14 +27,12 @@ class Prior:
 class _Stat:
     n: int = 0
     sum_tokens: float = 0.0
-    sum_service: float = 0.0
     samples: deque = field(default_factory=lambda: deque(maxlen=64))
     service: deque = field(default_factory=lambda: deque(maxlen=64))
 
     def add(self, tokens: int, service_s: float) -> None:
         self.n += 1
         self.sum_tokens += tokens
-        self.sum_service += service_s
         self.samples.append(tokens)
         self.service.append(service_s)
 

@@ -1,4 +1,4 @@
-"""Events a policy receives to learn online estimates (DESIGN.md section 9).
+"""Events a policy receives to learn online estimates (docs/policy_contract.md).
 
 Only realized facts: a finished call's output length and service time are
 observable once it has finished; a pending call's are not.

@@ -10,13 +10,11 @@ times until it has, and at least as often as calls are visibly waiting or runnin
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from topas.policy.estimates import ServiceEstimator
 from topas.policy.view import CostModel, RequestInfo, SchedulerView, TaskProgress
 from topas.workflow import WorkflowTemplate
-
-StageTime = Callable[[str, str], float]  # (agent, stage) -> expected seconds of one call
 
 
 def active_stage_counts(view: SchedulerView) -> dict[int, Counter]:
@@ -34,22 +32,6 @@ def remaining_calls(tpl: WorkflowTemplate, progress: TaskProgress, active: Mappi
         done = progress.stage_done.get(s.id, 0)
         out[s.id] = max(s.expected_count - done, float(active.get(s.id, 0)), 0.0)
     return out
-
-
-def remaining_work(tpl: WorkflowTemplate, remaining: Mapping[str, float], stage_time: StageTime) -> float:
-    """Total expected service seconds of what remains (sum over stages)."""
-    return sum(n * stage_time(tpl.stages[s].agent, s) for s, n in remaining.items() if n > 0)
-
-
-def longest_remaining_path(tpl: WorkflowTemplate, remaining: Mapping[str, float], stage_time: StageTime) -> float:
-    """Expected-time longest path through the unfinished stages (repeated stages run in sequence).
-    Reverse topological order: L(s) = own(s) + max over children L(child)."""
-    best: dict[str, float] = {}
-    for s in reversed(tpl.topo_order):
-        n = remaining.get(s, 0.0)
-        own = n * stage_time(tpl.stages[s].agent, s) if n > 0 else 0.0
-        best[s] = own + max((best[c] for c in tpl.children[s]), default=0.0)
-    return max(best.values(), default=0.0)
 
 
 def steps_to_execution(tpl: WorkflowTemplate, remaining: Mapping[str, float], active: Mapping[str, int]) -> dict[str, int]:

@@ -85,8 +85,25 @@ def _load_builtins() -> None:
 
 
 def policy_names() -> list[str]:
+    """Every registered name, including policies registered at run time (e.g. by tests)."""
     _load_builtins()
     return sorted(_REGISTRY)
+
+
+def builtin_policy_names() -> list[str]:
+    """The project's schedulers: the names registered by the built-in packages (baselines,
+    TOPAS). Tests, grids and config checks derive their scheduler lists from this, so a new
+    scheduler module is covered everywhere once it is imported by its package."""
+    _load_builtins()
+    return sorted(n for n, cls in _REGISTRY.items()
+                  if any(cls.__module__ == m or cls.__module__.startswith(m + ".") for m in _BUILTIN_MODULES))
+
+
+def is_ablation(name: str) -> bool:
+    """An ablation variant of a scheduler (by name: `<scheduler>_base`, `<scheduler>_no_<term>`).
+    Registered like any scheduler and run by the ablation experiment; the main grid and the
+    tuning sweep leave it out (it takes its parent's tuned parameters)."""
+    return name.endswith("_base") or "_no_" in name
 
 
 def policy_class(name: str) -> type[Policy]:

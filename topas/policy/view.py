@@ -1,7 +1,7 @@
 """What a policy sees at a scheduling point (engine-neutral, read-only).
 
 Deliberately absent: a call's true output length, its `max_new_tokens`, realized
-future nodes of a task, and future arrivals (DESIGN.md section 9). A policy that
+future nodes of a task, and future arrivals (docs/policy_contract.md). A policy that
 needs output lengths learns them online from `RequestFinished` events.
 """
 
@@ -40,7 +40,7 @@ class RequestInfo:
     preemptions: int = 0  # times retracted / preempted so far
     admitted_time: float | None = None  # running: when (last) admitted
     # Prompt composition: (segment id, tokens) in order; equal ids = identical tokens
-    # (DESIGN.md section 9). Lets a policy see which requests share a prefix.
+    # (docs/workflow_model.md). Lets a policy see which requests share a prefix.
     segments: tuple[tuple[str, int], ...] = ()
     # The device-cached prefix as the engine's cache-tree nodes, root first: one key per node,
     # ordering it among its siblings as the engine's tree does (SGLang: child insertion order).

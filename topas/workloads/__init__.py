@@ -1,4 +1,4 @@
-"""Workloads: seeded traces of multi-agent workflows (DESIGN.md sections 1, 7, 9).
+"""Workloads: seeded traces of multi-agent workflows (docs/workflow_model.md, docs/workloads.md).
 
     from topas.workloads import build_trace
     trace = build_trace(cfg.workload, seed=cfg.seed)      # cfg.workload: conf/workload/<name>.yaml
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from topas.workflow import Trace
-from topas.workloads.capacity import capacity_of, load_capacity, resolve_arrival_rate, warmup_task_ids
+from topas.workloads.capacity import capacity_of, load_capacity, resolve_arrival_rate
 from topas.workloads.config import Generator, WorkloadConfig
 from topas.workloads.metagpt_sop import MetaGPTSop
 from topas.workloads.metagpt_tl import MetaGPTTl
@@ -57,5 +57,4 @@ __all__ = [
     "load_capacity",
     "load_trace",
     "resolve_arrival_rate",
-    "warmup_task_ids",
 ]

@@ -1,4 +1,4 @@
-"""MetaGPT calibration: what the SOP and TL generators sample from (DESIGN.md section 7).
+"""MetaGPT calibration: what the SOP and TL generators sample from (docs/workloads.md).
 
 Data: `data/metagpt_calibration.json`, a copy (with provenance) of the measured token counts
 in shared/calibration. This module only *derives* distributions from it; the generators

@@ -1,4 +1,4 @@
-"""MetaGPT-SOP: the standard software-company pipeline of metagpt 0.8.2 (DESIGN.md section 7).
+"""MetaGPT-SOP: the standard software-company pipeline of metagpt 0.8.2 (docs/workloads.md).
 
     prd -> design -> tasks -> write_code_1 -> code_review_1 -> ... -> write_code_N -> code_review_N
         [-> write_test_1..N -> run_code_1..N -> (debug_error_f -> rerun_code_f for each failing f)]   (qa: true)

@@ -1,4 +1,4 @@
-"""MetaGPT-TL: the MGX TeamLeader star as nine sequential stages (DESIGN.md section 7).
+"""MetaGPT-TL: the MGX TeamLeader star as nine sequential stages (docs/workloads.md).
 
     tl1 -> pm -> tl2 -> arch -> tl3 -> eng_write -> tl4 -> eng_revise -> tl5
 

@@ -1,4 +1,4 @@
-"""The paper's motivation experiment (DESIGN.md section 1): one-call tasks of two agents with
+"""The paper's motivation experiment (docs/workflow_model.md): one-call tasks of two agents with
 long prefixes, arriving either alternating between the agents (A, B, A, B, ...) or grouped
 (A x g, B x g, ...). With a KV pool that holds one prefix plus a batch but not two prefixes
 plus a batch, alternation shrinks the batch (the paper: halves it, 1.8-1.9x slower).

@@ -1,6 +1,6 @@
 """Length distributions built from (min, median, max) measurements.
 
-The calibration data gives per-action min / median / max token counts (DESIGN.md section 7).
+The calibration data gives per-action min / median / max token counts (docs/workloads.md).
 We sample from a *two-piece log-uniform* distribution: with probability 1/2 a value
 log-uniform on [min, median], otherwise log-uniform on [median, max]. Its median is exactly
 the measured median, its support is exactly the measured range, and it is right-skewed like

@@ -26,7 +26,7 @@ made monotone by a running max, and read by bilinear interpolation:
   slices <= n (more requests at equal T and W never help) and blends to the next
   slice, so adding a request, a token or a prefix token never makes it faster.
   Slices build lazily, up to the largest n seen (~50-100 ms each).
-Every DESIGN.md section 5 reference point lies on a grid node (matches within 0.6%).
+Every reference point of docs/engine_model.md ("Iteration latency") lies on a grid node (matches within 0.6%).
 Against raw aiconfigurator on random uniform batches (n <= 13, T <= 8192, prefix
 <= 30k): median 0.1-0.7%, p99 ~2%, worst +8% (flattened dips at < 64 tokens);
 decode <= 4% (median 0).
@@ -145,7 +145,7 @@ class AiconfiguratorLatency(LatencyModel):
         max_extend: int = 16384,
         cache_size: int = 1 << 18,
     ) -> None:
-        from topas.engines.latency.factory import resolve_hf_config  # avoid an import cycle
+        from topas.engines.latency.specs import resolve_hf_config
 
         self.model, self.gpu = model, gpu
         self.system = system or gpu.aic_system
@@ -273,7 +273,7 @@ def _bench() -> None:  # pragma: no cover - prints predictions/s after warm-up
 
     import yaml
 
-    from topas.engines.latency.factory import load_gpu_spec, load_model_spec, repo_conf_dir
+    from topas.engines.latency.specs import load_gpu_spec, load_model_spec, repo_conf_dir
 
     conf = repo_conf_dir()
     m = load_model_spec(yaml.safe_load((conf / "model/qwen2_5_32b.yaml").read_text()))

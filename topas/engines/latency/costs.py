@@ -9,7 +9,7 @@ from topas.engines.latency.base import LatencyModel, decode_batch_time, top_cont
 
 
 def transfer_seconds(tokens: int, bytes_per_token: int, link_gbs: float, latency_s: float) -> float:
-    """Host<->device KV transfer: fixed latency + bytes / effective bandwidth (DESIGN.md section 4)."""
+    """Host<->device KV transfer: fixed latency + bytes / effective bandwidth (docs/engine_model.md)."""
     if tokens <= 0:
         return 0.0
     return latency_s + tokens * bytes_per_token / (link_gbs * 1e9)

@@ -1,26 +1,21 @@
-"""Build a latency predictor by name, and ModelSpec / GpuSpec from configs.
+"""Build a latency predictor by name (ModelSpec / GpuSpec loading: specs.py).
 
-Kinds: "aiconfigurator" (measured SGLang tables), "roofline" (analytic), "auto"
-(aiconfigurator when it has data for the GPU, else roofline with a one-line
-warning; constructor keywords are not passed to the fallback). More predictors join
-with the decorator; a module ``topas/engines/latency/profile.py`` is imported on first
-use so that it can register itself::
+Kinds: "aiconfigurator" (measured SGLang tables), "roofline" (analytic), "profile" (a
+measured server's file), "auto" (aiconfigurator when it has data for the GPU, else
+roofline with a one-line warning; constructor keywords are not passed to the fallback).
+The built-in predictors are registered here on first use (they do not import this module,
+so there is no import cycle); more predictors join with the decorator::
 
-    @register_latency_model("profile")
-    def _build_profile(model: ModelSpec, gpu: GpuSpec, **kw) -> LatencyModel: ...
+    @register_latency_model("mine")
+    def build_mine(model: ModelSpec, gpu: GpuSpec, **kw) -> LatencyModel: ...
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
-from collections.abc import Callable, Mapping
-from importlib import import_module
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-from topas.checks import check_range, integral, number
 from topas.engines.latency.base import GpuSpec, LatencyModel, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -29,8 +24,6 @@ Builder = Callable[..., LatencyModel]
 _REGISTRY: dict[str, Builder] = {}
 _BUILTINS_LOADED = False
 B = TypeVar("B", bound=Builder)
-
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # .../topas
 
 
 def register_latency_model(name: str) -> Callable[[B], B]:
@@ -51,24 +44,18 @@ def available_latency_models() -> list[str]:
 
 
 def _ensure_builtins() -> None:
-    # Import for the registration side effect; lazy so importing the factory stays cheap.
+    # Imported lazily so that importing the factory stays cheap (aiconfigurator loads its tables).
     global _BUILTINS_LOADED
     if _BUILTINS_LOADED:
         return
     _BUILTINS_LOADED = True
-    try:  # optional predictors that register themselves
-        import_module("topas.engines.latency.profile")
-    except ModuleNotFoundError as exc:
-        if exc.name != "topas.engines.latency.profile":
-            raise
-    if "aiconfigurator" not in _REGISTRY:
-        from topas.engines.latency.aiconfigurator import AiconfiguratorLatency
+    from topas.engines.latency.aiconfigurator import AiconfiguratorLatency
+    from topas.engines.latency.profile import build_profile
+    from topas.engines.latency.roofline import RooflineLatency
 
-        register_latency_model("aiconfigurator")(AiconfiguratorLatency)
-    if "roofline" not in _REGISTRY:
-        from topas.engines.latency.roofline import RooflineLatency
-
-        register_latency_model("roofline")(RooflineLatency)
+    for name, builder in (("aiconfigurator", AiconfiguratorLatency), ("roofline", RooflineLatency), ("profile", build_profile)):
+        if name not in _REGISTRY:
+            register_latency_model(name)(builder)
 
 
 def build_latency_model(kind: str, model: ModelSpec, gpu: GpuSpec, **kw: Any) -> LatencyModel:
@@ -85,106 +72,3 @@ def build_latency_model(kind: str, model: ModelSpec, gpu: GpuSpec, **kw: Any) ->
     if kind not in _REGISTRY:
         raise ValueError(f"unknown latency model kind {kind!r}; choose one of {available_latency_models()}")
     return _REGISTRY[kind](model, gpu, **kw)
-
-
-# ---- specs from configs --------------------------------------------------------------------
-
-
-def _plain(mapping: Any) -> dict[str, Any]:
-    try:  # OmegaConf DictConfig -> dict (resolving interpolations)
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(mapping, DictConfig):
-            return dict(OmegaConf.to_container(mapping, resolve=True))  # type: ignore[arg-type]
-    except ImportError:  # pragma: no cover
-        pass
-    if not isinstance(mapping, Mapping):
-        raise TypeError(f"expected a mapping, got {type(mapping).__name__}")
-    return dict(mapping)
-
-
-# Ranges of the spec fields (topas.checks rules); an int field also accepts an integral float (64.0).
-SPEC_RANGES: dict[type, dict[str, str]] = {
-    ModelSpec: {
-        "num_layers": ">= 1", "hidden_size": ">= 1", "num_heads": ">= 1", "num_kv_heads": ">= 1", "head_dim": ">= 1",
-        "intermediate_size": ">= 1", "vocab_size": ">= 1", "params_b": "> 0", "dtype_bytes": ">= 1",
-        "context_len": ">= 1",
-    },
-    GpuSpec: {
-        "memory_gib": "> 0", "peak_tflops": "> 0", "mem_bw_gbs": "> 0", "host_link_gbs": "> 0",
-        "host_link_latency_s": ">= 0", "cuda_graph_max_bs": ">= 1",
-    },
-}
-
-
-def _field_value(key: str, kind: Any, rule: str | None, v: Any) -> Any:
-    if kind in (int, "int"):
-        n = integral(key, v, minimum=None)
-        if rule is not None:
-            check_range(key, n, rule)
-        return n
-    if kind in (float, "float"):
-        return number(key, v, rule)
-    if kind in (str, "str") and not isinstance(v, str):
-        raise ValueError(f"{key} must be a string, got {v!r}")
-    return v
-
-
-def _build(cls: type, mapping: Any, key: str) -> Any:
-    data = _plain(mapping)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ValueError(f"{key} ({cls.__name__}): unknown key(s) {unknown}; allowed: {sorted(names)}")
-    required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
-    missing = sorted(required - set(data))
-    if missing:
-        raise ValueError(f"{key} ({cls.__name__}): missing key(s) {missing}")
-    ranges = SPEC_RANGES.get(cls, {})
-    kinds = {f.name: f.type for f in dataclasses.fields(cls)}
-    values = {k: _field_value(f"{key}.{k}", kinds[k], ranges.get(k), v) for k, v in data.items()}
-    return cls(**values)
-
-
-def load_model_spec(mapping: Any, key: str = "model") -> ModelSpec:
-    """ModelSpec from a dict / OmegaConf node (conf/model/*.yaml); an unknown key, a wrong type or a
-    value out of range (SPEC_RANGES) is a one-line ValueError naming `<key>.<field>`."""
-    return _build(ModelSpec, mapping, key)
-
-
-def load_gpu_spec(mapping: Any, key: str = "gpu") -> GpuSpec:
-    """GpuSpec from a dict / OmegaConf node (conf/gpu/*.yaml); checked as `load_model_spec`."""
-    return _build(GpuSpec, mapping, key)
-
-
-def resolve_hf_config(model: ModelSpec) -> Path:
-    """Absolute path of the model's HF config.json (``hf_config`` is relative to the topas package)."""
-    if not model.hf_config:
-        raise ValueError(f"model {model.name} has no hf_config")
-    p = Path(model.hf_config)
-    return p if p.is_absolute() else PACKAGE_ROOT / p
-
-
-def model_spec_from_hf_config(path: str | Path, name: str, context_len: int | None = None) -> ModelSpec:
-    """ModelSpec from an HF config.json (dense decoder: Llama / Qwen2); params counted from shapes."""
-    cfg = json.loads(Path(path).read_text())
-    h, layers = cfg["hidden_size"], cfg["num_hidden_layers"]
-    heads, kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
-    hd = cfg.get("head_dim") or h // heads
-    inter, vocab = cfg["intermediate_size"], cfg["vocab_size"]
-    bias = cfg.get("model_type") == "qwen2" or cfg.get("attention_bias", False)  # Qwen2 has q/k/v biases
-    per_layer = h * heads * hd + 2 * h * kv * hd + heads * hd * h + 3 * h * inter + 2 * h
-    per_layer += (heads * hd + 2 * kv * hd) if bias else 0
-    params = layers * per_layer + vocab * h * (1 if cfg.get("tie_word_embeddings") else 2) + h
-    resolved = Path(path).resolve()
-    return ModelSpec(
-        name=name, num_layers=layers, hidden_size=h, num_heads=heads, num_kv_heads=kv, head_dim=hd,
-        intermediate_size=inter, vocab_size=vocab, params_b=round(params / 1e9, 2),
-        context_len=context_len or cfg.get("max_position_embeddings", 32768),
-        hf_config=str(resolved.relative_to(PACKAGE_ROOT)) if resolved.is_relative_to(PACKAGE_ROOT) else str(path),
-    )
-
-
-def repo_conf_dir() -> Path:
-    """conf/ of a source checkout (editable install); not shipped in the wheel."""
-    return PACKAGE_ROOT.parent / "conf"

@@ -42,11 +42,11 @@ capacity patched, in .venv-sglang): 0.830 for 81920 and 81559 MiB, 0.903 for 143
     llama3_1_8b   H100-80GB  0.830     14.96         51.15    419,040  2048
     llama3_1_8b   H200       0.903     14.96        111.82    916,063  3578
 
-(see ``python -m topas.engines.latency.memory`` for the full table). Note DESIGN.md
-section 4 quotes 0.875 / ~37k tokens for Qwen2.5-32B on A100-80GB: that applies only
+(see ``python -m topas.engines.latency.memory`` for the full table). A figure of
+0.875 / ~37k tokens for Qwen2.5-32B on A100-80GB (docs/engine_model.md) applies only
 the 10 GiB floor; the code's activation term alone is 1.5 x 8192 = 12 GiB, so the
 floor does not bind and SGLang 0.5.23 resolves 0.830 (~22k tokens). Pass
-``mem_fraction_static=0.875`` (or ``override``) to reproduce the design's number.
+``mem_fraction_static=0.875`` (or ``override``) to reproduce that number.
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ import math
 
 from topas.engines.latency.base import GpuSpec, ModelSpec
 
-MIB = 1 << 20
 GIB = 1 << 30
 
 
@@ -172,7 +171,7 @@ def max_running_requests(kv_tokens: int, context_len: int, requested: int | None
 def _table() -> str:  # pragma: no cover - documentation helper
     import yaml
 
-    from topas.engines.latency.factory import load_gpu_spec, load_model_spec, repo_conf_dir
+    from topas.engines.latency.specs import load_gpu_spec, load_model_spec, repo_conf_dir
 
     conf = repo_conf_dir()
     rows = ["model          GPU          mem_frac  weights_GiB  KV_GiB   KV_tokens  max_running"]

@@ -64,7 +64,6 @@ import numpy as np
 from scipy.optimize import isotonic_regression
 
 from topas.engines.latency.base import ExtendItem, GpuSpec, LatencyModel, ModelSpec
-from topas.engines.latency.factory import register_latency_model
 
 FORMAT = "topas.latency_profile/v1"
 
@@ -275,8 +274,7 @@ class ProfileLatency(LatencyModel):
         return self.decode_table(batch_size, max(mean_context, 1)) + self.overhead_decode_s
 
 
-@register_latency_model("profile")
-def _build_profile(model: ModelSpec, gpu: GpuSpec, path: str | Path | None = None, **kw: Any) -> ProfileLatency:
+def build_profile(model: ModelSpec, gpu: GpuSpec, path: str | Path | None = None, **kw: Any) -> ProfileLatency:
     if kw:
         raise ValueError(f"latency model 'profile': unknown option(s) {sorted(kw)}")
     if not path:

@@ -10,10 +10,10 @@ One iteration costs max(FLOPs / (peak x compute_eff), bytes / (HBM bw x memory_e
 - bytes = weights (read once per iteration) + KV read and written
   (mu x sum_i (p_i + e_i)) + activations (~(10 h + 6 I) x dtype per token per layer).
 
-Fit against DESIGN.md section 5 (aiconfigurator's numbers, 12 points on three GPUs;
+Fit against the reference points of docs/engine_model.md (aiconfigurator's numbers, 12 points on three GPUs;
 tests/test_latency.py): a grid search over (compute_eff, memory_eff, overhead)
 minimising the worst |log ratio| lands at (0.70, 0.70, 0 ms) with worst error 17.6%;
-the design's (0.66, 0.70) with a 0.5 ms overhead (kept as defaults) gives 20.2%:
+the starting point (0.66, 0.70) with a 0.5 ms overhead (kept as defaults) gives 20.2%:
 
     Llama-3.1-8B prefill 1x2048   A100 144.7 (+8%)   H100 46.0 (0%)     H200 46.0 (+2%)
     Llama-3.1-8B decode bs32 4k   A100 24.0 (-14%)   H100 14.8 (+20%)   H200 10.5 (+19%)

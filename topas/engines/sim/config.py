@@ -77,7 +77,7 @@ class SimEngineConfig:
     retract_decode_steps: int = 20  # SGLANG_RETRACT_DECODE_STEPS
     # Matching the waiting queue at a decision refreshes LRU times (SGLang's cache-aware path).
     touch_waiting_prefixes: bool = True
-    decision_cost_s: float = 0.0  # simulated seconds charged per policy decision (default off: DESIGN.md section 9)
+    decision_cost_s: float = 0.0  # simulated seconds charged per policy decision (default off: docs/protocol.md)
     client: ClientPath = field(default_factory=ClientPath)  # a real server's client path (off: the engine alone)
 
     def __post_init__(self) -> None:

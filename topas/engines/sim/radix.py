@@ -2,7 +2,7 @@
 
 Keys are token sequences written as *runs* `(segment_id, start, length)`: tokens
 `start .. start+length-1` of a segment. Token identity is a function of
-(segment id, position) (DESIGN.md section 9), so two runs share tokens exactly
+(segment id, position) (docs/workflow_model.md), so two runs share tokens exactly
 when their segment ids and start positions agree; matching proceeds run by run
 instead of token by token, yet is token-exact (nodes split at token offsets).
 
