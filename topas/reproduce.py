@@ -41,11 +41,21 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_SET = "fcfs,lpm,parrot_fcfs,autellix_las,spf,topas"
-ALL = PAPER_SET + ",kvflow,dfs_weight,continuum_ttl,phase_batch,phase_batch_nolimit"
+
+
+def _main_schedulers() -> str:
+    """The main comparison's schedulers as conf/experiment/main.yaml lists them (one list: a scheduler
+    added there, as docs/recipes.md says, joins every grid that uses ALL)."""
+    cfg = yaml.safe_load((ROOT / "conf" / "experiment" / "main.yaml").read_text())
+    return cfg["hydra"]["sweeper"]["params"]["scheduler"]
+
+
+ALL = _main_schedulers()
 
 # experiment -> grid -> Hydra overrides (sweeps as comma lists). "full" uses the experiment config as is.
 GRIDS: dict[str, dict[str, list[str]]] = {
