@@ -171,6 +171,22 @@ def heatmap(df: pd.DataFrame, metric: str = "jct_mean") -> Figure | None:
     return finish(fig, df, f"Regime map: TOPAS vs the best baseline, {style.metric_label(metric)}", extra)
 
 
+def verdict_summary(c: pd.DataFrame, metric: str = "jct_mean") -> pd.DataFrame:
+    """Per workload: how many regime cells TOPAS wins, ties and loses on `metric`, and which it wins or loses."""
+    rows = []
+    for w, g in c.groupby("workload", sort=False):
+        def where(v: str, g=g) -> str:
+            sel = g[g[f"{metric}_verdict"] == v]
+            return "; ".join(f"{_point_label(r.point, r.arrival_rate)}, host {r.host}, {_pool_label(r.pool, r.kv_pool_tokens)}: "
+                             f"{D.fmt_value(r[f'{metric}_change'])} vs {style.label(r[f'{metric}_best'])}"
+                             for _, r in sel.iterrows()) or "-"
+        counts = g[f"{metric}_verdict"].value_counts()
+        rows.append({"workload": style.workload_label(w), "cells": len(g), "wins": int(counts.get("win", 0)),
+                     "ties": int(counts.get("tie", 0)), "losses": int(counts.get("loss", 0)),
+                     "TOPAS wins": where("win"), "TOPAS loses": where("loss")})
+    return pd.DataFrame(rows)
+
+
 def write(df: pd.DataFrame, out) -> pd.DataFrame:
     """regime.md / regime.tex; returns the readable table (empty without runs)."""
     c = cells(df)

@@ -185,6 +185,12 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
         timed = verdicts["claim"].isin(WALLCLOCK_CLAIMS)
         tables["claims"] = D.claims_display(verdicts[~timed])
         D.write_table(out, "claims", tables["claims"], "The paper's claims: paper vs ours", CLAIMS_NOTE)
+        if not regime.empty:  # the verdict by regime: where TOPAS wins, ties and loses
+            summary = R.verdict_summary(R.cells(runs["regime"]))
+            with open(out / "claims.md", "a") as f:
+                f.write("\n## Where TOPAS wins, ties and loses (regime map, mean JCT)\n\n"
+                        "Cells of the regime map (regime.md, regime.png) per workload; win / loss: the 95% CI of the "
+                        "paired change vs the cell's best baseline excludes 0.\n\n" + D.to_markdown(summary) + "\n")
         if timed.any():
             D.write_table(out / "wallclock", "claims_wallclock", D.claims_display(verdicts[timed]),
                           "The paper's overhead claims (wall clock, this machine)",

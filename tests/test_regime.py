@@ -122,3 +122,12 @@ def test_regime_table_and_heatmap_from_tiny_simulator_runs(tmp_path):
     tab = R.write(df, tmp_path / "out")
     assert len(tab) == 4 and set(tab["host tier"]) == {"on", "off"}
     assert save(R.heatmap(df), tmp_path / "out" / "regime.png").stat().st_size > 0
+
+
+def test_verdict_summary_counts_and_names_the_cells_won_and_lost():
+    s = R.verdict_summary(R.cells(_synthetic())).set_index("workload")
+    dag4 = s.loc["DAG-4"]
+    # host off: phase batching (-5) is the best, so the unchanged TOPAS loses at 0.5 and wins at 1.3 (-20%)
+    assert (dag4["cells"], dag4["wins"], dag4["ties"], dag4["losses"]) == (4, 2, 0, 2)
+    assert "1.3, host on" in dag4["TOPAS loses"] and "0.5, host on" in dag4["TOPAS wins"]
+    assert s.loc["MetaGPT-SOP", "cells"] == 2
