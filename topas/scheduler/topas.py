@@ -35,6 +35,7 @@ from topas.policy.estimates import Prior, ServiceEstimator
 from topas.policy.progress import active_stage_counts, remaining_calls
 from topas.scheduler import score as S
 from topas.scheduler.batch import BatchPricing, ReadyRates
+from topas.scheduler.ordering import group_by_agent
 from topas.scheduler.pins import safe_pins
 from topas.scheduler.preemption import DecisionContext, PreemptionCosts
 from topas.scheduler.progress import PathModel, TaskState, admission_chain
@@ -72,6 +73,7 @@ class TopasParams:
     score_overdue: bool = True  # a task whose call is overdue competes by its gain even outside R'
     overdue_factor: float = 2.0  # overdue: waiting longer than this many times max(W, the call's expected service)
     unpin_under_pressure: bool = True  # pin an idle prefix only in memory no running or listed call is expected to need
+    group_agents: bool = False  # admission list grouped by agent (ordering.group_by_agent)
     use_batch: bool = False  # J_batch: opening a prefix is charged the calls of locked agents it crowds out;
     # calls of agents outside R' are then deferred (not offered to the work-conserving fill)
 
@@ -244,6 +246,8 @@ class Topas(PreemptionCosts, Policy):
             rest = [r for r in view.waiting if r.rid not in chosen and not deferred(r.agent)]
             rest.sort(key=lambda r: (r.agent not in plan.resident, -gain_weight.get(r.task_id, 1.0), r.ready_time))
             admit += [r.rid for r in rest]
+        if p.group_agents:
+            admit = group_by_agent(admit, {r.rid: r.agent for r in view.waiting})
         # Pin what R' holds for a purpose: prefixes of admitted requests, and prefixes kept for the
         # one-hop reuse only while every waiting request is admitted (holding a prefix for later
         # must not keep a ready request out now); a prefix whose requests stay waiting is not held
