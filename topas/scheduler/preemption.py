@@ -21,7 +21,6 @@ class DecisionContext:
     running_by_task: dict
     wait_s: float
     step_s: float
-    stage_of: dict | None = None  # rid -> stage of every scored waiting request
 
 
 class PreemptionCosts:

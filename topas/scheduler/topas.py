@@ -120,7 +120,7 @@ class Topas(PreemptionCosts, Policy):
     # ------------------------------------------------------------------ learning
     def on_event(self, event) -> None:
         self.est.on_event(event)
-        if isinstance(event, RequestReady):
+        if isinstance(event, RequestReady) and self.params.use_batch:  # only J_batch reads the rates
             self.ready_rates.observe(event.request.agent, event.time)
         if isinstance(event, RequestFinished):
             self.credit.pop(event.request.rid, None)
@@ -219,8 +219,7 @@ class Topas(PreemptionCosts, Policy):
             memo[(tid, eligible)] = out
             return out
 
-        ctx = DecisionContext(view, active, waiting_by_task, running_by_task, wait_s, step_s,
-                       {r.rid: r.stage for t in scored for r in waiting_by_task[t]})
+        ctx = DecisionContext(view, active, waiting_by_task, running_by_task, wait_s, step_s)
         problem = self._problem(view, {t: waiting_by_task[t] for t in scored}, reuse_n, chain, ctx)
         if p.score_overdue:  # no call waits behind resident agents for much longer than the expected wait W
             problem.overdue = frozenset(t for t in scored if any(
@@ -236,8 +235,10 @@ class Topas(PreemptionCosts, Policy):
         # then waits for memory for them instead of letting lower-gain requests bypass them.
         # With J_batch, an agent the plan does not hold (no running or admitted call) is deferred: neither
         # its blocked calls nor the fill may open it behind the plan's back.
-        held = problem.batch_locked() | {problem.request_agent[rid] for rid in plan.admit}
-        deferred = (lambda agent: agent not in held) if p.use_batch and view.running else (lambda agent: False)
+        deferred = (lambda agent: False)
+        if p.use_batch and view.running:
+            held = problem.batch_locked() | {problem.request_agent[rid] for rid in plan.admit}
+            deferred = (lambda agent: agent not in held)
         ranked = {rid: g for g, rid in plan.blocked if not deferred(problem.request_agent[rid])}
         ranked.update(plan.gains)
         admit = sorted(ranked, key=lambda rid: -ranked[rid])
@@ -379,7 +380,8 @@ class Topas(PreemptionCosts, Policy):
         tokens = sum(self._kv(r) for r in calls) / len(calls)
         service = sum(self._stage_time(r.agent, r.stage, ctx.step_s)[0] for r in calls) / len(calls)
         problem.service_s = {rid: self._stage_time(problem.request_agent[rid], stage, ctx.step_s)[0]
-                             for rid, stage in ctx.stage_of.items()}
+                             for rid, stage in ((r.rid, r.stage) for rs in ctx.waiting_by_task.values() for r in rs)
+                             if rid in problem.request_agent}
         p = self.params
         ages = [S.aging(view.now, r.task_arrival, p.rho, p.h_age) if p.use_aging else 1.0 for r in view.running]
         age = sum(ages) / len(ages) if ages else 1.0
