@@ -79,7 +79,7 @@ for mod in (sgl_kernel, torchvision):
 assert torch.__version__.split("+")[0] == "2.13.0", torch.__version__
 assert md.version("sglang") == "0.5.23", md.version("sglang")
 eps = [e.value for e in md.entry_points(group="sglang.srt.plugins") if e.name == "topas"]
-assert eps == ["topas.engines.sglang.plugin:register"], eps
+assert eps == ["topas.engines.sglang.plugin.hooks:register"], eps
 print(f"sglang {md.version('sglang')} / torch {torch.__version__} (cuda={torch.version.cuda}) OK", file=sys.stderr)
 PYEOF
 }

@@ -70,7 +70,7 @@ def test_a_scaled_profile_predicts_scaled_times_and_keeps_the_client_path():
 
 
 def test_batch_sharing_estimate_of_the_profiler():
-    from topas.engines.sglang.profile import batch_shared_seconds
+    from topas.engines.sglang.tools.profile import batch_shared_seconds
 
     lat = ProfileLatency({**PROFILE, "prefill_batch_shared_s": 0.0})
     alone = lat.prefill([(100, 0)])

@@ -95,7 +95,7 @@ def _under(module: str, prefix: str) -> bool:
 def test_the_graph_sees_the_packages_and_their_imports():
     g = import_graph()
     assert {"topas.runner", "topas.engines.sim.engine", "baselines.lpm", "analysis.report"} <= set(g)
-    assert g.has_edge("topas.runner", "topas.engines.latency.factory")  # a module-level import
+    assert g.has_edge("topas.runner", "topas.engines.latency.specs")  # a module-level import
     assert g.has_edge("topas.engines.latency.factory", "topas.engines.latency.aiconfigurator")  # inside a function
 
 
@@ -111,3 +111,29 @@ def test_no_engine_imports_a_driver():
     bad = sorted((a, b) for a, b in g.edges if _under(a, ENGINES) and any(_under(b, d) for d in DRIVERS)
                  and (a, b) not in KNOWN_UPWARD)
     assert not bad, "engine modules importing drivers: " + ", ".join(f"{a} -> {b}" for a, b in bad)
+
+
+# The real SGLang engine by role (topas/engines/sglang/__init__.py): code in the server
+# process, code outside it, command-line tools, and what both sides share (top level).
+SGLANG = "topas.engines.sglang"
+SGLANG_MAY_IMPORT = {
+    "plugin": {"plugin", "shared"},  # loaded in every server process: nothing of the client side
+    "client": {"client", "shared"},
+    "tools": {"tools", "client", "shared"},
+    "shared": {"shared"},
+}
+
+
+def _sglang_role(module: str) -> str | None:
+    if not _under(module, SGLANG):
+        return None
+    first = module[len(SGLANG) + 1:].split(".")[0]
+    return first if first in SGLANG_MAY_IMPORT and first != "shared" else "shared"
+
+
+def test_sglang_roles_import_one_way():
+    g = import_graph()
+    roles = {m: _sglang_role(m) for m in g if _under(m, SGLANG) and "cpu_stubs" not in m}
+    assert {"plugin", "client", "tools", "shared"} <= set(roles.values())
+    bad = sorted((a, b) for a, b in g.edges if a in roles and b in roles and roles[b] not in SGLANG_MAY_IMPORT[roles[a]])
+    assert not bad, "sglang modules importing across roles: " + ", ".join(f"{a} -> {b}" for a, b in bad)

@@ -1,8 +1,11 @@
-"""Sweeps resume and record failures; launchers compose (the notebooks: tests/test_notebooks.py)."""
+"""Sweeps resume and record failures; launchers compose; every reproduction grid is a conf/experiment file
+(the notebooks: tests/test_notebooks.py)."""
 
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,3 +82,65 @@ def test_launcher_configs_compose():
             assert cfg.hydra.launcher._target_.endswith(target)
         cfg = compose(config_name="config", overrides=["+experiment=kv_budget", "backend.kv_pool_tokens=16000"])
         assert "/kv16000/" in cfg.out_dir
+
+
+# ------------------------------------------------------------------ grids: conf/experiment is their one definition
+def _values(v: str) -> set[str]:
+    """The values of a Hydra sweep list (`a,b,c` or `range(a,b)`)."""
+    v = str(v)
+    if v.startswith("range(") and v.endswith(")"):
+        return {str(i) for i in range(*map(int, v[6:-1].split(",")))}
+    return set(v.split(","))
+
+
+def _grid_files():
+    from topas.reproduce import EXPERIMENTS
+
+    for exp in EXPERIMENTS:
+        for f in sorted((ROOT / "conf" / "experiment").glob(f"{exp}_*.yaml")):
+            yield exp, f
+
+
+def test_every_experiment_has_its_full_quick_and_default_grid():
+    from topas.reproduce import EXPERIMENTS, grid_config
+
+    for exp in EXPERIMENTS:
+        assert grid_config(exp, "full") == exp
+        assert grid_config(exp, "quick") == f"{exp}_quick" and grid_config(exp, "default") == f"{exp}_default"
+    assert grid_config("main", "real") == "main_real"
+    assert grid_config("main", "quick", "sglang") == "main_quick_real"
+    assert grid_config("main", "quick", "sglang", cpu=True) == "main_quick_cpu"
+    assert grid_config("load_sweep", "quick", "sglang") == "load_sweep_quick"  # no real-engine file: the sim grid
+    with pytest.raises(ValueError, match="no 'real' grid"):
+        grid_config("regime", "real")
+
+
+def test_every_reduced_grid_is_a_sub_grid_of_its_experiment():
+    import yaml
+
+    from topas.reproduce import experiment_name, sweep_params
+
+    files = list(_grid_files())
+    assert len(files) >= 14
+    for exp, f in files:
+        cfg = yaml.safe_load(f.read_text())
+        assert cfg["defaults"] == [exp, "_self_"], f"{f.name} extends {exp}.yaml"
+        full, small = sweep_params(exp), sweep_params(f.stem)
+        assert set(small) == set(full), f"{f.name}: sweeps other keys than {exp}.yaml"
+        for key in full:
+            assert _values(small[key]) <= _values(full[key]), f"{f.name}: {key}={small[key]} is not in {exp}.yaml's grid"
+        grid = f.stem[len(exp) + 1:]
+        if grid in ("quick", "default", "real"):  # the runs folder is named as reproduce names it on the simulator
+            assert cfg["experiment_name"] == experiment_name(exp, grid), f.name
+
+
+def test_the_reduced_grids_compose_and_expand_to_their_sweep_lists():
+    from topas.reproduce import GRIDS, sweep_overrides
+    from topas.sweep import expand
+
+    assert set(_values(GRIDS["main"]["quick"]["workload"])) == {"chain3", "dag4", "metagpt_sop"}
+    jobs = expand(sweep_overrides("main", "quick", "sim", [], Path("/tmp/runs")))
+    n = 1
+    for v in GRIDS["main"]["quick"].values():
+        n *= len(_values(v))
+    assert len(jobs) == n and all("+experiment=main_quick" in j for j in jobs)

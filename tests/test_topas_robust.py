@@ -26,8 +26,8 @@ def _run_default_engine(trace_path, scheduler: str):
     from hydra import compose, initialize_config_dir
 
     import topas.config  # noqa: F401  (config resolvers)
+    from topas.engines.sim.backend import run_sim as runner_run_sim
     from topas.runner import RunContext, prepare
-    from topas.runner import run_sim as runner_run_sim
 
     conf = str(Path(__file__).resolve().parents[1] / "conf")
     with initialize_config_dir(version_base=None, config_dir=conf):

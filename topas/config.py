@@ -3,13 +3,15 @@
 Each group's YAML is merged into its schema; an unknown key, a wrong type or a value
 out of range is a `ConfigError` whose message is one line naming the problem.
 Model and GPU specs are validated by `topas.engines.latency.specs`, workload configs by
-`topas.workloads.config.WorkloadConfig` (next to the generators whose parameters it checks).
+`topas.workloads.config.WorkloadConfig` (next to the generators whose parameters it checks),
+a backend's by the schema its engine registers in `BACKENDS` (next to the engine).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import math
 import typing
 from dataclasses import dataclass, field
@@ -20,43 +22,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 import topas.run_identity  # noqa: F401  (registers the resolvers of conf/config.yaml)
 from topas.checks import integral, number
+from topas.engines.sim.config import SimBackendConfig  # noqa: F401 - importing it stores conf/backend/sim.yaml's defaults (Hydra)
 
 
 class ConfigError(ValueError):
     pass
-
-
-@dataclass
-class SimBackendConfig:
-    name: str = "sim"
-    latency: str = "aiconfigurator"  # aiconfigurator | roofline | auto | profile
-    latency_profile: str | None = None  # profile file for latency=profile
-    kv_pool_tokens: int | None = None  # override the pool derived from model + GPU
-    mem_fraction_static: float | None = None  # SGLang --mem-fraction-static (None: SGLang's rule)
-    max_running_requests: int | None = None  # None: SGLang's rule from the pool size
-    chunked_prefill_size: int = 8192
-    max_prefill_tokens: int = 16384
-    host_cache_ratio: float = 2.0  # HiCache host pool / device pool; 0 disables the host tier
-    ignore_eos: bool = True
-    max_new_tokens_cap: int = 4096
-    touch_waiting_prefixes: bool = True
-    decision_cost_s: float = 0.0
-    # a real server's client path (topas.engines.sim.config.ClientPath; keys submit, submit_per_token,
-    # return, dispatch, dispatch_per_token); None: the latency profile's with latency=profile, else none
-    client_latency: dict[str, float] | None = None
-
-
-# Ranges of the sim backend's numbers (topas.checks rules; None is always allowed for an Optional field).
-SIM_BACKEND_RANGES: dict[str, str] = {
-    "kv_pool_tokens": ">= 1",
-    "mem_fraction_static": "in (0, 1]",
-    "max_running_requests": ">= 1",
-    "chunked_prefill_size": ">= 1",
-    "max_prefill_tokens": ">= 1",
-    "host_cache_ratio": ">= 0",
-    "max_new_tokens_cap": ">= 1",
-    "decision_cost_s": ">= 0",  # simulated seconds per decision: negative would run time backwards
-}
 
 
 @dataclass
@@ -75,10 +45,35 @@ class LoggerConfig:
 
 
 _SCHEMAS = {"scheduler": SchedulerConfig, "logger": LoggerConfig}
-# backend name -> schema, or "module:Class" imported on use
-_BACKENDS: dict[str, type | str] = {"sim": SimBackendConfig, "sglang": "topas.engines.sglang.backend_config:SGLangBackendConfig"}
-# backend name -> ranges of its numeric fields (other backends check their own, e.g. sglang's check_config)
-_BACKEND_RANGES: dict[str, dict[str, str]] = {"sim": SIM_BACKEND_RANGES}
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One engine's registration: each part a "module:name" imported on use (a real engine is an
+    optional install, so nothing of it is imported until a run asks for it)."""
+
+    schema: str  # dataclass of conf/backend/<name>.yaml; a ClassVar RANGES gives topas.checks rules of its numbers
+    run: str  # function(topas.runner.RunContext) -> (RunRecord, wall seconds of the engine loop)
+    check: str | None = None  # function(topas.runner.RunPlan): a ConfigError before anything runs
+
+
+# backend name (conf/backend/<name>.yaml's `name`) -> its registration: the one table of engines
+BACKENDS: dict[str, Backend] = {
+    "sim": Backend("topas.engines.sim.config:SimBackendConfig", "topas.engines.sim.backend:run_sim",
+                   "topas.engines.sim.backend:check_sim"),
+    "sglang": Backend("topas.engines.sglang.client.backend_config:SGLangBackendConfig",
+                      "topas.engines.sglang.client.backend:run_sglang"),
+}
+
+
+def backend_part(name: str, part: str) -> Any:
+    """The object a backend's registration names for `part` (schema, run, check); None if unset."""
+    ref = getattr(BACKENDS[name], part)
+    if ref is None:
+        return None
+    mod, attr = ref.split(":")
+    return getattr(importlib.import_module(mod), attr)
+
 
 # Every top-level key a run config may have: conf/config.yaml's own keys, its Hydra groups, and
 # `hydra`. Any other key is a typo (`+sead=3`) and an error. A new top-level key goes here.
@@ -87,16 +82,6 @@ CONFIG_KEYS: frozenset[str] = frozenset({
 })
 GROUP_KEYS: frozenset[str] = frozenset({"backend", "model", "gpu", "workload", "scheduler", "logger"})
 KNOWN_TOP_LEVEL_KEYS: frozenset[str] = CONFIG_KEYS | GROUP_KEYS | {"hydra"}
-
-
-def _backend_schema(name: str) -> type:
-    schema = _BACKENDS[name]
-    if isinstance(schema, str):
-        import importlib
-
-        mod, cls = schema.split(":")
-        schema = getattr(importlib.import_module(mod), cls)
-    return schema
 
 
 def _first_line(e: Exception) -> str:
@@ -168,10 +153,11 @@ def validate(cfg: DictConfig) -> dict[str, Any]:
     check_top_level(cfg)
     out: dict[str, Any] = {g: validate_group(cfg, g, s) for g, s in _SCHEMAS.items()}
     backend = cfg.backend.get("name")
-    if backend not in _BACKENDS:
-        raise ConfigError(f"backend: unknown backend '{backend}'; known: {', '.join(sorted(_BACKENDS))}")
-    out["backend"] = validate_group(cfg, "backend", _backend_schema(backend))
-    check_group_ranges(out["backend"], "backend", _BACKEND_RANGES.get(backend, {}))
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend: unknown backend '{backend}'; known: {', '.join(sorted(BACKENDS))}")
+    schema = backend_part(backend, "schema")
+    out["backend"] = validate_group(cfg, "backend", schema)
+    check_group_ranges(out["backend"], "backend", getattr(schema, "RANGES", {}))
     from topas.workloads.config import WorkloadConfig  # the workload schema lives with the generators
 
     try:

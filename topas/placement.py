@@ -237,7 +237,7 @@ def worker_main(argv: list[str] | None = None) -> int:
             log.info(f"[{k + 1}/{len(jobs)}] {' '.join(job)}")
             run_job(job, sweep_dir, spec.get("manifest"))
     finally:
-        from topas.engines.sglang.shared_server import shutdown_shared_servers
+        from topas.engines.sglang.client.shared_server import shutdown_shared_servers
 
         shutdown_shared_servers()
     return 0

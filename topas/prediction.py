@@ -31,7 +31,7 @@ STARTUP_S = {"cpu": 45.0, "gpu": 240.0}  # per server start (CPU: measured here 
 
 
 def sim_backend(profile: str, pool: int | None = None, max_running: int | None = None):
-    from topas.config import SimBackendConfig
+    from topas.engines.sim.config import SimBackendConfig
 
     if profile == "cpu":
         prof = CPU_PROFILE if CPU_PROFILE.is_file() else None
@@ -43,9 +43,10 @@ def sim_backend(profile: str, pool: int | None = None, max_running: int | None =
 def predict(trace, model, gpu, scheduler, profile: str, pool: int | None = None,
             max_running: int | None = None, warmup_fraction: float = 0.0) -> dict[str, Any]:
     """The simulator on `trace` (already scaled) with `scheduler` (name + params)."""
+    from topas.engines.sim.backend import run_sim
     from topas.policy import create_policy
     from topas.results import summarize
-    from topas.runner import RunContext, run_sim
+    from topas.runner import RunContext
 
     b = sim_backend(profile, pool, max_running)
     policy = create_policy(scheduler.name, dict(scheduler.params or {}))
@@ -77,8 +78,8 @@ def estimate_jobs(jobs: Sequence[Sequence[str]], profile: str) -> list[float]:
 
     from topas.config import validate
     from topas.engines.latency.specs import load_gpu_spec, load_model_spec
-    from topas.engines.sglang.backend_config import CPU_DEFAULT_POOL
-    from topas.engines.sglang.scaling import auto_token_scale, scale_trace
+    from topas.engines.sglang.client.backend_config import CPU_DEFAULT_POOL
+    from topas.engines.sglang.client.scaling import auto_token_scale, scale_trace
     from topas.runner import arrival_rate_for
     from topas.sweep import compose_config
     from topas.workloads import build_trace
@@ -110,7 +111,7 @@ def record_prediction(cfg, out: Path) -> dict[str, Any]:
     import json
     import sys
 
-    from topas.engines.sglang.scaling import scale_trace
+    from topas.engines.sglang.client.scaling import scale_trace
     from topas.runner import prepare
 
     try:

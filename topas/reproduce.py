@@ -9,6 +9,11 @@ grid, then regenerate the tables, figures and claim verdicts (analysis/report.py
     python -m topas.reproduce gpu=h100_80gb hydra/launcher=slurm   # Hydra overrides reach every run
     python -m topas.reproduce --wandb offline  # log every run to W&B (one group per experiment) + a report run
 
+Every grid is a conf/experiment config (`grid_config`): `<exp>.yaml` the full grid (10 seeds, 200
+tasks), `<exp>_quick.yaml` / `<exp>_default.yaml` the reduced ones, `main_real.yaml` the real-engine
+grid, `main_quick_real.yaml` / `main_quick_cpu.yaml` a real engine's quick grid with / without a GPU.
+`python run.py -m +experiment=main_quick` runs one of them alone.
+
 Sweeps are resumable: a complete run folder (same code and config) is skipped. A failed point
 is recorded in its folder (error.txt) and in the sweep's manifest and does not stop the sweep.
 The exit status is non-zero when any run failed or is missing (killed, aborted sweep); the
@@ -45,77 +50,51 @@ import yaml
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_SET = "fcfs,lpm,parrot_fcfs,autellix_las,spf,topas"
-
-
-def _main_schedulers() -> str:
-    """The main comparison's schedulers as conf/experiment/main.yaml lists them (one list: a scheduler
-    added there, as docs/recipes.md says, joins every grid that uses ALL)."""
-    cfg = yaml.safe_load((ROOT / "conf" / "experiment" / "main.yaml").read_text())
-    return cfg["hydra"]["sweeper"]["params"]["scheduler"]
-
-
-ALL = _main_schedulers()
-
-# experiment -> grid -> Hydra overrides (sweeps as comma lists). "full" uses the experiment config as is.
-GRIDS: dict[str, dict[str, list[str]]] = {
-    "main": {
-        "quick": ["workload=chain3,dag4,metagpt_sop", f"scheduler={PAPER_SET}", "seed=0,1", "workload.num_tasks=40"],
-        "default": ["workload=chain3,dag4,dag10_wide,metagpt_sop,metagpt_tl", f"scheduler={ALL}", "seed=0,1,2",
-                    "workload.num_tasks=100"],
-    },
-    "load_sweep": {
-        "quick": ["workload=dag4", "workload.load=0.3,0.5,0.7,0.8,0.9", "scheduler=fcfs,parrot_fcfs,topas", "seed=0",
-                  "workload.num_tasks=40"],
-        "default": ["workload=chain3,dag4,metagpt_tl", "workload.load=0.3,0.5,0.7,0.8,0.9", f"scheduler={PAPER_SET}",
-                    "seed=0,1", "workload.num_tasks=80"],
-    },
-    "kv_budget": {
-        "quick": ["workload=dag4", "backend.kv_pool_tokens=16000,30000", "scheduler=fcfs,parrot_fcfs,topas", "seed=0",
-                  "workload.num_tasks=40"],
-        "default": ["workload=dag4,metagpt_tl", "backend.kv_pool_tokens=16000,22035,30000,40000",
-                    f"scheduler={PAPER_SET}", "seed=0,1", "workload.num_tasks=80"],
-    },
-    "ablation": {
-        "quick": ["seed=0", "workload.num_tasks=30"],
-        "default": ["seed=0,1,2", "workload.num_tasks=60"],
-    },
-    "overhead": {
-        "quick": ["seed=0", "workload.num_tasks=40"],
-        "default": ["seed=0,1", "workload.num_tasks=100"],
-    },
-    "motivation": {
-        "quick": ["seed=0", "workload.num_tasks=100"],
-        "default": ["seed=0,1,2"],
-    },
-    # cells are (workload, rate) points of conf/regime_point/ (regime.yaml says why one axis);
-    # the default grid keeps the host x pool cube and the paper's rates, fewer loads and workloads
-    "regime": {
-        "quick": ["+regime_point=dag4_load0.5,dag4_load1.3", "scheduler=parrot_fcfs,phase_batch,topas", "seed=0,1",
-                  "workload.num_tasks=30"],
-        # 320 runs: ~12 min on 1 job, ~6.5 min with --jobs 2 on 2 cores (2 seeds: wide CIs; the full grid has 10)
-        "default": ["+regime_point=chain3_load0.5,chain3_load1.3,dag4_load0.5,dag4_load0.9,dag4_load1.3,"
-                    "metagpt_tl_load0.9,metagpt_tl_paper,metagpt_sop_paper", "seed=0,1", "workload.num_tasks=60"],
-    },
-}
-
-
-# Real-engine grids (any backend; `--grid real` on the simulator gives its prediction of the same
-# runs): the paper's workloads and main-comparison schedulers, few tasks, one seed.
-REAL_GRIDS: dict[str, dict[str, list[str]]] = {
-    "main": {
-        "quick": ["workload=chain3,dag4,metagpt_sop", f"scheduler={PAPER_SET}", "seed=0", "workload.num_tasks=10"],
-        "real": ["workload=chain3,dag4,dag10_wide,metagpt_sop,metagpt_tl", f"scheduler={PAPER_SET}", "seed=0",
-                 "workload.num_tasks=20"],
-    },
-}
+EXPERIMENT_DIR = ROOT / "conf" / "experiment"
+# The experiments, in run order. Each grid is a conf/experiment file (the only definition of its
+# workloads, loads, schedulers, seeds and task count), see `grid_config`: <exp>.yaml is the full grid,
+# <exp>_<grid>.yaml a reduced one, which extends it and replaces some of its sweep lists.
+EXPERIMENTS = ("main", "load_sweep", "kv_budget", "ablation", "overhead", "motivation", "regime")
 # the experiments a real engine runs on the default / full grids (kv_budget and regime sweep simulator options)
 REAL_EXPERIMENTS = ("main", "load_sweep", "ablation", "overhead", "motivation")
 # a real engine without a GPU: the tiny CPU model (automatic token_scale), explicit arrival rates (no
-# capacity is measured for it), and on the quick grid fewer tasks (~5 min here, see the README)
+# capacity is measured for it); the task count of its quick grid is conf/experiment/<exp>_quick_cpu.yaml's
 CPU_OVERRIDES = ["model=tiny_cpu", "workload.load=null", "workload.arrival_rate=1.0"]
-CPU_GRIDS: dict[str, dict[str, list[str]]] = {
-    "main": {"quick": ["workload=chain3,dag4,metagpt_sop", f"scheduler={PAPER_SET}", "seed=0", "workload.num_tasks=6"]},
+
+
+def _has_config(name: str) -> bool:
+    return (EXPERIMENT_DIR / f"{name}.yaml").is_file()
+
+
+def grid_config(exp: str, grid: str, backend: str = "sim", cpu: bool = False) -> str:
+    """The conf/experiment config of `exp` on `grid`: `<exp>` for the full grid, else the first that
+    exists of `<exp>_<grid>_cpu` (a real engine without a GPU), `<exp>_<grid>_real` (a real engine),
+    `<exp>_<grid>`. The `real` grid is `<exp>_real` (on the simulator: its prediction of the same runs)."""
+    if grid == "full":
+        return exp
+    names = ([f"{exp}_{grid}_cpu"] if cpu else []) + ([f"{exp}_{grid}_real"] if backend != "sim" else [])
+    for name in [*names, f"{exp}_{grid}"]:
+        if _has_config(name):
+            return name
+    raise ValueError(f"experiment {exp} has no '{grid}' grid (no conf/experiment/{exp}_{grid}.yaml)")
+
+
+def sweep_params(name: str) -> dict[str, str]:
+    """The sweep lists of conf/experiment/<name>.yaml: its `hydra.sweeper.params` over those of the
+    experiments it extends (its `defaults`), as Hydra merges them."""
+    cfg = yaml.safe_load((EXPERIMENT_DIR / f"{name}.yaml").read_text()) or {}
+    params: dict[str, str] = {}
+    for parent in cfg.get("defaults") or []:
+        if isinstance(parent, str) and parent != "_self_":
+            params.update(sweep_params(parent))
+    own = ((cfg.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+    return {**params, **{k: str(v) for k, v in own.items()}}
+
+
+# experiment -> grid -> its sweep lists, read from conf/experiment (the reduced simulator grids)
+GRIDS: dict[str, dict[str, dict[str, str]]] = {
+    exp: {g: sweep_params(f"{exp}_{g}") for g in ("quick", "default") if _has_config(f"{exp}_{g}")}
+    for exp in EXPERIMENTS
 }
 
 
@@ -125,21 +104,12 @@ def experiment_name(exp: str, grid: str, backend: str = "sim") -> str:
 
 
 def default_experiments(grid: str, backend: str) -> list[str]:
+    """The experiments a grid runs: those with a real-engine grid file for `real` and a real engine's
+    `quick`, else every experiment (the simulator) or REAL_EXPERIMENTS (a real engine)."""
     if grid == "real" or (backend != "sim" and grid == "quick"):
-        return list(REAL_GRIDS)
-    return list(GRIDS) if backend == "sim" else list(REAL_EXPERIMENTS)
-
-
-def _grid_overrides(exp: str, grid: str, backend: str, cpu: bool) -> list[str]:
-    if grid == "full":
-        return []
-    if cpu and grid in CPU_GRIDS.get(exp, {}):
-        return CPU_GRIDS[exp][grid]
-    if grid == "real" or (backend != "sim" and grid in REAL_GRIDS.get(exp, {})):
-        if grid not in REAL_GRIDS.get(exp, {}):
-            raise ValueError(f"experiment {exp} has no '{grid}' grid (real-engine grids: {', '.join(REAL_GRIDS)})")
-        return REAL_GRIDS[exp][grid]
-    return GRIDS[exp][grid]
+        suffix = "real" if grid == "real" else f"{grid}_real"
+        return [e for e in EXPERIMENTS if _has_config(f"{e}_{suffix}")]
+    return list(EXPERIMENTS) if backend == "sim" else list(REAL_EXPERIMENTS)
 
 
 def _keys(overrides: list[str]) -> set[str]:
@@ -148,20 +118,20 @@ def _keys(overrides: list[str]) -> set[str]:
 
 def sweep_overrides(exp: str, grid: str, backend: str, extra: list[str], runs: Path, wandb: str | None = None,
                     cpu: bool = False) -> list[str]:
-    """The multirun overrides of one experiment; `extra` (the user's) come last and win.
-    `cpu`: a real engine without a GPU (the tiny CPU model, explicit rates)."""
+    """The multirun overrides of one experiment on `grid` (its conf/experiment config, `grid_config`);
+    `extra` (the user's) come last and win. `cpu`: a real engine without a GPU (the tiny CPU model,
+    explicit rates)."""
     name = experiment_name(exp, grid, backend)
-    base = [f"+experiment={exp}", f"experiment_name={name}", "progress=false", f"backend={backend}",
-            f"hydra.sweep.dir={runs / name}"]
+    base = [f"+experiment={grid_config(exp, grid, backend, cpu)}", f"experiment_name={name}", "progress=false",
+            f"backend={backend}", f"hydra.sweep.dir={runs / name}"]
     if not any(o.split("=")[0].lstrip("+") == "logger" for o in extra):
         # the logger is an output-only key (topas/run_identity.py): turning W&B on re-runs nothing
         base += ["logger=wandb", f"logger.mode={wandb}"] if wandb else ["logger=none"]
     if backend == "sglang":
         base.append("backend.reuse_server=true")  # one server per worker for consecutive runs (placement.py)
-    grid_ov = _grid_overrides(exp, grid, backend, cpu)
     if cpu and backend != "sim":
-        grid_ov = [o for o in CPU_OVERRIDES if o.split("=")[0] not in _keys(list(extra))] + grid_ov
-    return base + grid_ov + list(extra)
+        base += [o for o in CPU_OVERRIDES if o.split("=")[0] not in _keys(list(extra))]
+    return base + list(extra)
 
 
 def _launcher_given(overrides: list[str]) -> str | None:
@@ -223,7 +193,8 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grid", choices=["quick", "default", "full", "real"], default="default",
-                    help="real: the real-engine grid (paper workloads x main schedulers, 20 tasks, 1 seed)")
+                    help="each a conf/experiment config per experiment (grid_config); real: the real-engine grid "
+                         "(conf/experiment/main_real.yaml)")
     ap.add_argument("--jobs", type=int, default=None,
                     help="local worker processes (default: one per core on the simulator; on a real engine one "
                          "per GPU group, this caps it)")
@@ -319,7 +290,7 @@ def main() -> None:
                           f"{c['failed']} failed, {c['missing']} missing{note}")
     from analysis.report import report
 
-    names = {e: experiment_name(e, a.grid, a.backend) for e in GRIDS}
+    names = {e: experiment_name(e, a.grid, a.backend) for e in EXPERIMENTS}
     _, failed = report(names, out, runs_root=runs, wandb_mode=a.wandb)
     if real:
         _real_vs_sim(runs / names["main"], out)

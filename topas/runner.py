@@ -1,12 +1,12 @@
 """One run: config -> trace, policy, engine -> tables, summary, run folder, logger.
 
-Engine-specific construction lives in the backend builders; everything after the
-engine (tables, summary, atomic writes, W&B) is shared.
+Engine-specific construction lives with each engine (registered in `topas.config.BACKENDS`:
+schema, run function, pre-run check); everything after the engine (tables, summary, atomic
+writes, W&B) is shared.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import os
@@ -18,49 +18,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from topas.config import ConfigError, SchedulerConfig, SimBackendConfig, validate
+from topas.config import ConfigError, SchedulerConfig, backend_part, validate
 from topas.engines.latency.base import GpuSpec, ModelSpec
-from topas.engines.latency.factory import build_latency_model
 from topas.engines.latency.specs import load_gpu_spec, load_model_spec
 from topas.policy import Policy, create_policy
 from topas.results import RunRecord, format_summary, summarize, write_run
 from topas.workflow import Trace
 
 log = logging.getLogger("topas")
-
-
-def sim_engine_config(b: SimBackendConfig, model: ModelSpec, gpu: GpuSpec, latency=None):
-    """The simulated server's settings; `latency` (the predictor) supplies the client path of a
-    measured profile (its `client_latency`) when `backend.client_latency` is null."""
-    from topas.engines.latency.memory import kv_bytes_per_token, kv_pool_tokens, max_running_requests
-    from topas.engines.sim.config import SimEngineConfig
-
-    pool = kv_pool_tokens(model, gpu, b.chunked_prefill_size, b.mem_fraction_static, override=b.kv_pool_tokens)
-    return SimEngineConfig(
-        kv_pool_tokens=pool,
-        max_running_requests=max_running_requests(pool, model.context_len, b.max_running_requests),
-        chunked_prefill_size=b.chunked_prefill_size,
-        max_prefill_tokens=b.max_prefill_tokens,
-        host_cache_ratio=b.host_cache_ratio,
-        host_link_gbs=gpu.host_link_gbs,
-        host_link_latency_s=gpu.host_link_latency_s,
-        kv_bytes_per_token=kv_bytes_per_token(model),
-        ignore_eos=b.ignore_eos,
-        max_new_tokens_cap=b.max_new_tokens_cap,
-        touch_waiting_prefixes=b.touch_waiting_prefixes,
-        decision_cost_s=b.decision_cost_s,
-        client=_client_path(b.client_latency, latency),
-    )
-
-
-def _client_path(configured, latency):
-    from topas.engines.sim.config import ClientPath
-
-    spec = configured if configured is not None else getattr(latency, "client_latency", None)
-    try:
-        return ClientPath.from_mapping(spec)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"backend.client_latency: {str(e).splitlines()[0]}") from None
 
 
 @dataclass
@@ -78,38 +43,9 @@ class RunContext:
     progress: Callable[[int], None] | None = None  # told of each finished task
 
 
-def run_sim(ctx: RunContext) -> tuple[RunRecord, float]:
-    from topas.engines.latency.costs import LatencyCostModel
-    from topas.engines.sim.engine import SimEngine
-    from topas.engines.sim.records import sim_record
-
-    b, model, gpu = ctx.backend, ctx.model, ctx.gpu
-    kw = {"path": b.latency_profile} if b.latency == "profile" else {}
-    latency = build_latency_model(b.latency, model, gpu, **kw)
-    latency.decode(1, 1), latency.prefill([(1, 0)])  # build lazy tables now, not inside the first timed decision
-    ecfg = sim_engine_config(b, model, gpu, latency)
-    costs = LatencyCostModel(latency, ecfg.kv_bytes_per_token, ecfg.host_link_gbs, ecfg.host_link_latency_s)
-    engine = SimEngine(ecfg, latency, ctx.policy, ctx.trace, costs)
-    engine.run(ctx.progress)
-    return sim_record(engine, ctx.warmup_fraction), engine.stats.wall_s
-
-
-def check_sim(plan: RunPlan) -> None:
-    """A call that can never fit the simulated pool is a ConfigError before the run, not a stall."""
-    from topas.engines.sim.fit import check_engine_fits
-
-    check_engine_fits(plan.trace, sim_engine_config(plan.groups["backend"], plan.model, plan.gpu))
-
-
-# backend name -> checks of a prepared run before anything executes
-BACKEND_CHECKS: dict[str, Callable[[RunPlan], None]] = {"sim": check_sim}
-# backend name -> "module:function" taking a RunContext, imported on use (a real engine is an optional install)
-BACKENDS: dict[str, str] = {"sim": "topas.runner:run_sim", "sglang": "topas.engines.sglang.backend:run_sglang"}
-
-
 def backend_runner(name: str) -> Callable[[RunContext], tuple[RunRecord, float]]:
-    mod, fn = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(mod), fn)
+    """The run function `name` registers (topas.config.BACKENDS), imported now."""
+    return backend_part(name, "run")
 
 
 def arrival_rate_for(w, model: ModelSpec, gpu: GpuSpec) -> float | None:
@@ -168,7 +104,9 @@ def prepare(cfg: DictConfig) -> RunPlan:
 
     trace = build_trace(replace(w, arrival_rate=rate), int(cfg.seed))
     plan = RunPlan(groups, model, gpu, policy, rate, trace)
-    BACKEND_CHECKS.get(groups["backend"].name, lambda _: None)(plan)
+    check = backend_part(groups["backend"].name, "check")
+    if check is not None:
+        check(plan)
     return plan
 
 

@@ -26,12 +26,12 @@ from sglang.srt.mem_cache.unified_cache.components import ComponentType  # noqa:
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 
-from topas.engines.sglang import adapter as A  # noqa: E402
-from topas.engines.sglang import cache_probe as P  # noqa: E402
 from topas.engines.sglang import hints as H  # noqa: E402
-from topas.engines.sglang.controller import Controller  # noqa: E402
 from topas.engines.sglang.costs import LinearCostModel  # noqa: E402
 from topas.engines.sglang.jsonl import DecisionLog  # noqa: E402
+from topas.engines.sglang.plugin import adapter as A  # noqa: E402
+from topas.engines.sglang.plugin import cache_probe as P  # noqa: E402
+from topas.engines.sglang.plugin.controller import Controller  # noqa: E402
 from topas.policy import Decision, Policy  # noqa: E402
 from topas.policy.events import RequestFinished, RequestReady, TaskArrived  # noqa: E402
 from topas.workflow import Agent, TemplateStage, WorkflowTemplate  # noqa: E402

@@ -20,9 +20,9 @@ from sglang_support import REQUEST_COLUMNS, ROOT, TASK_COLUMNS, compose_cfg, req
 
 require_sglang()
 
-from topas.engines.sglang import backend_config as BC  # noqa: E402
-from topas.engines.sglang import shared_server as S  # noqa: E402
-from topas.engines.sglang.processes import descendants  # noqa: E402
+from topas.engines.sglang.client import backend_config as BC  # noqa: E402
+from topas.engines.sglang.client import shared_server as S  # noqa: E402
+from topas.engines.sglang.client.processes import descendants  # noqa: E402
 from topas.results import OUTPUT_FILES, TIMELINE_COLUMNS, is_complete  # noqa: E402
 from topas.runner import run  # noqa: E402
 
@@ -229,7 +229,7 @@ def test_server_crash_during_the_replay_is_one_line_and_leaves_nothing(runs, tmp
     """The kept server's scheduler is killed when the first task finishes (no extra start)."""
     import signal
 
-    from topas.engines.sglang.backend import SGLangRunError
+    from topas.engines.sglang.client.backend import SGLangRunError
 
     (shared,) = S._SHARED.values()
     sched = [p for p in shared.server.pids() if b"scheduler" in Path(f"/proc/{p}/cmdline").read_bytes()]
@@ -274,7 +274,7 @@ def test_gpu_profile_command_parses_with_sglangs_own_arguments():
 
     from sglang.srt.server_args import ServerArgs
 
-    from topas.engines.sglang.server import ServerConfig
+    from topas.engines.sglang.client.server import ServerConfig
 
     b = BC.SGLangBackendConfig(mem_fraction_static=0.85, enable_hierarchical_cache=True, hicache_ratio=2.0,
                               max_total_tokens=22035, chunked_prefill_size=8192, max_running_requests=256,

@@ -13,10 +13,10 @@ from sglang_support import REQUEST_COLUMNS, TASK_COLUMNS
 from sglang_support import compose_cfg as cfg
 
 from topas.config import ConfigError, validate
-from topas.engines.sglang import backend_config as B
+from topas.engines.sglang.client import backend_config as B
+from topas.engines.sglang.client.records import per_iteration_latency, sglang_record
+from topas.engines.sglang.client.scaling import auto_token_scale, max_call_tokens, scale_trace, scaled_tokens
 from topas.engines.sglang.jsonl import read_jsonl
-from topas.engines.sglang.records import per_iteration_latency, sglang_record
-from topas.engines.sglang.scaling import auto_token_scale, max_call_tokens, scale_trace, scaled_tokens
 from topas.results import TIMELINE_COLUMNS, summarize
 from topas.workflow import Agent, CallNode, SegmentRef, Task, Trace, Workflow, template_of
 
@@ -318,7 +318,7 @@ class _Sched:
 
 
 def test_iteration_log_tiles_busy_time_and_merges_decode_stretches(tmp_path, monkeypatch):
-    from topas.engines.sglang import iteration_log
+    from topas.engines.sglang.plugin import iteration_log
 
     clock = {"t": 100.0}
     monkeypatch.setattr(iteration_log.time, "monotonic", lambda: clock["t"])

@@ -25,7 +25,7 @@ from topas.workloads import load_trace  # noqa: E402
 
 pytestmark = pytest.mark.sglang
 
-# the tiny model on this CPU, roughly (topas.engines.sglang.profile measures it properly)
+# the tiny model on this CPU, roughly (topas.engines.sglang.tools.profile measures it properly)
 PROFILE = {
     "format": FORMAT,
     "prefill": {"extend_tokens": [8, 512, 2048], "prefix_tokens": [0, 1024, 2048],

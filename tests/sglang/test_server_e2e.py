@@ -18,9 +18,9 @@ from sglang_support import require_sglang
 
 require_sglang()
 
-from topas.engines.sglang.driver import DriverConfig, run_trace_sync  # noqa: E402
-from topas.engines.sglang.processes import processes_alive  # noqa: E402
-from topas.engines.sglang.server import (  # noqa: E402
+from topas.engines.sglang.client.driver import DriverConfig, run_trace_sync  # noqa: E402
+from topas.engines.sglang.client.processes import processes_alive  # noqa: E402
+from topas.engines.sglang.client.server import (  # noqa: E402
     ServerConfig,
     ServerStartError,
     SGLangNotInstalled,

@@ -49,7 +49,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     from topas.config import ConfigError
-    from topas.engines.sglang.server import SGLangNotInstalled, check_sglang_importable
+    from topas.engines.sglang.client.server import SGLangNotInstalled, check_sglang_importable
     from topas.fidelity.report import main_table, write_report
     from topas.fidelity.validate import validate_all
 

@@ -22,7 +22,7 @@ topas/engines/latency/models/), 16 DAG-4 tasks at 0.5 tasks/s, FCFS. Steps:
 
 `--fidelity` runs the simulator-fidelity validation instead (`topas.fidelity`, the
 same as `make fidelity` on CPU) with the real model architecture (dummy weights): a latency
-profile of a server like the runs' (`topas.engines.sglang.profile`, GPU grid), then dag4 with
+profile of a server like the runs' (`topas.engines.sglang.tools.profile`, GPU grid), then dag4 with
 FCFS and TOPAS on the real server and on the simulator configured like it, one repeat each,
 a KV pool of `--max-total-tokens` (default 30000 in this mode: prefix-cache pressure, as the
 paper's regime); table and figure under <out>/fidelity/. Sized for the 10-minute window: two
@@ -123,7 +123,7 @@ def compose_cfg(overrides: list[str]):
 def run_metrics(out: Path, summary: dict[str, Any]) -> dict[str, float]:
     import pandas as pd
 
-    from topas.engines.sglang.records import per_iteration_latency
+    from topas.engines.sglang.client.records import per_iteration_latency
 
     tasks = pd.read_parquet(out / "tasks.parquet")
     lat = per_iteration_latency(pd.read_parquet(out / "timeline.parquet"))
@@ -189,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from topas.config import ConfigError
-    from topas.engines.sglang.server import SGLangNotInstalled, check_sglang_importable
+    from topas.engines.sglang.client.server import SGLangNotInstalled, check_sglang_importable
     from topas.runner import run
     from topas.workloads import build_trace, dump_trace
 
@@ -207,8 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         g = validate(wcfg)
         trace = build_trace(g["workload"], a.seed)
         model = load_model_spec(wcfg.model)
-        from topas.engines.sglang.backend_config import CPU_DEFAULT_POOL, SGLangBackendConfig, resolve_token_scale
-        from topas.engines.sglang.scaling import scale_trace
+        from topas.engines.sglang.client.backend_config import CPU_DEFAULT_POOL, SGLangBackendConfig, resolve_token_scale
+        from topas.engines.sglang.client.scaling import scale_trace
 
         scale = a.token_scale if a.token_scale is not None else (
             resolve_token_scale(SGLangBackendConfig(), trace, model, CPU_DEFAULT_POOL) if a.device == "cpu" else 1.0

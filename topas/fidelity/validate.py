@@ -4,7 +4,7 @@ identical traces, for a set of workloads x policies (`python -m topas.fidelity`)
 1. Traces: each workload's trace is built once (seeded), scaled to the server's model
    (`token_scale`: the tiny CPU model has a 4096-token context and KV pool) and written to
    `<runs>/<workload>/trace.jsonl`; both engines replay that file (`workload=trace`).
-2. Profile: unless a file is given, `topas.engines.sglang.profile` measures a server
+2. Profile: unless a file is given, `topas.engines.sglang.tools.profile` measures a server
    started with exactly the options of the real runs' server (model, KV pool, flags):
    iteration latency over a grid, the batch sharing term and the client round trip.
 3. Real runs: `backend=sglang`, one server kept for all of them (`reuse_server`: the policy
@@ -93,7 +93,7 @@ def build_traces(s: Setup) -> dict[str, Path]:
     from dataclasses import replace
 
     from topas.config import validate
-    from topas.engines.sglang.scaling import scale_trace
+    from topas.engines.sglang.client.scaling import scale_trace
     from topas.workloads import build_trace, dump_trace
 
     paths = {}
@@ -108,7 +108,7 @@ def build_traces(s: Setup) -> dict[str, Path]:
 
 def backend_config(s: Setup, cost_model: dict[str, Any] | None = None):
     """The real runs' backend options (also what the profiled server is started with)."""
-    from topas.engines.sglang.backend_config import SGLangBackendConfig
+    from topas.engines.sglang.client.backend_config import SGLangBackendConfig
 
     return SGLangBackendConfig(
         profile=s.device, max_total_tokens=s.max_total_tokens, extra_args=list(s.extra_args), token_scale=1.0,
@@ -122,9 +122,9 @@ def measure_profile(s: Setup, out: Path) -> Path:
 
     from topas.config import validate
     from topas.engines.latency.specs import load_model_spec
-    from topas.engines.sglang import profile as P
-    from topas.engines.sglang.backend_config import model_dir, server_args
-    from topas.engines.sglang.server import ServerConfig, SGLangServer
+    from topas.engines.sglang.client.backend_config import model_dir, server_args
+    from topas.engines.sglang.client.server import ServerConfig, SGLangServer
+    from topas.engines.sglang.tools import profile as P
 
     b = backend_config(s)
     model = load_model_spec(compose([f"model={s.model}"]).model)
@@ -189,7 +189,7 @@ def server_settings(profile: Path, real_summary: dict[str, Any]) -> dict[str, An
 
 def validate_all(s: Setup) -> dict[str, Any]:
     """Run everything; returns {"cells": [...], "settings": {...}} (see report.py)."""
-    from topas.engines.sglang.shared_server import shutdown_shared_servers
+    from topas.engines.sglang.client.shared_server import shutdown_shared_servers
     from topas.fidelity.calibrate import write_scaled_profile
     from topas.fidelity.metrics import compare, run_metrics
 

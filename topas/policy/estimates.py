@@ -54,8 +54,12 @@ class ServiceEstimator:
         self._by_agent.setdefault(agent, _Stat()).add(output_tokens, service_s)
         self._all.add(output_tokens, service_s)
         self.observed += 1
-        self._moments.clear()
-        self._means.clear()
+        # a memoised estimate changes only if it reads a statistic this call updated: its own (agent,
+        # stage) or a fallback (the agent's, all calls'); the others are kept (recomputing them is costly)
+        own = self._by_stage
+        for memo in (self._moments, self._means):
+            for key in [k for k in memo if k == (agent, stage) or not (k in own and own[k].n > 0)]:
+                del memo[key]
 
     def on_event(self, event: Event) -> None:
         if isinstance(event, RequestFinished):

@@ -40,7 +40,7 @@ class JsonlWriter:
             self._f = None
 
 
-DecisionLog = JsonlWriter  # the plugin's decision log (events: start, decision, admitted, ...; see controller.py)
+DecisionLog = JsonlWriter  # the plugin's decision log (events: start, decision, admitted, ...; see plugin/controller.py)
 
 
 def read_jsonl(path: str | Path | None) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 """The plugin's configuration, read from the server process's environment (set by
-`server.py`; documented in plugin.py): which policy, its parameters, extra policy
+`client/server.py`; documented in plugin/hooks.py): which policy, its parameters, extra policy
 modules, templates, the decision trigger and the log files."""
 
 from __future__ import annotations

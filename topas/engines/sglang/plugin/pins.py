@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from topas.engines.sglang.adapter import pin_changes
-from topas.engines.sglang.cache_probe import CacheProbe, PinHandle
+from topas.engines.sglang.plugin.adapter import pin_changes
+from topas.engines.sglang.plugin.cache_probe import CacheProbe, PinHandle
 from topas.policy.decision import Decision
 
 

@@ -205,7 +205,7 @@ def resolve_cost_model(b: SGLangBackendConfig, profile: str, model, gpu) -> dict
 
 
 def resolve_token_scale(b: SGLangBackendConfig, trace, model, pool: int | None) -> float:
-    from topas.engines.sglang.scaling import auto_token_scale, max_call_tokens, scale_trace
+    from topas.engines.sglang.client.scaling import auto_token_scale, max_call_tokens, scale_trace
 
     scale = b.token_scale if b.token_scale is not None else auto_token_scale(trace, model.context_len, pool)
     biggest = max_call_tokens(scale_trace(trace, scale))

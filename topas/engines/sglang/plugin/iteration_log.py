@@ -1,16 +1,16 @@
 """The engine's timeline, observed inside the scheduler after each batch result
 (plugin hook 4, `TOPAS_ITERATION_LOG`): one JSONL record per prefill iteration or decode
 stretch. The run records' timeline and first-token times, and the latency profiler
-(`profile.py`), read it."""
+(`tools/profile.py`), read it."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from topas.engines.sglang.adapter import engine_capacity
-from topas.engines.sglang.cache_probe import CacheProbe
 from topas.engines.sglang.jsonl import JsonlWriter
+from topas.engines.sglang.plugin.adapter import engine_capacity
+from topas.engines.sglang.plugin.cache_probe import CacheProbe
 
 
 class IterationLog:

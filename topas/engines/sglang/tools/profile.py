@@ -1,12 +1,12 @@
 """Measure a running SGLang server's iteration latency and write a latency profile
 (`topas/engines/latency/profile.py` documents the file and how the simulator reads it).
 
-    python -m topas.engines.sglang.profile --out profile.json                 # starts its own CPU server (tiny model)
-    python -m topas.engines.sglang.profile --device gpu --model-path DIR --out p.json   # its own GPU server
-    python -m topas.engines.sglang.profile --url http://127.0.0.1:30000 \\
+    python -m topas.engines.sglang.tools.profile --out profile.json                 # starts its own CPU server (tiny model)
+    python -m topas.engines.sglang.tools.profile --device gpu --model-path DIR --out p.json   # its own GPU server
+    python -m topas.engines.sglang.tools.profile --url http://127.0.0.1:30000 \\
         --iteration-log /path/iterations.jsonl --out p.json                   # a server already running
 
-Source of the timings: the plugin's iteration log (`iteration_log.py`, hook on
+Source of the timings: the plugin's iteration log (`../plugin/iteration_log.py`, hook on
 `Scheduler.process_batch_result`), written inside the scheduler process: one record per
 prefill iteration or decode stretch, tiled back to back as SGLang's own step accounting
 does, so a decode step's time is the scheduler's cadence (forward pass + its own Python
@@ -30,7 +30,7 @@ cached except what a cell puts there itself):
 - batched prefill: the prefill iterations of several requests seen in the decode cells
   give `prefill_batch_shared_s`, the per-iteration cost a batch pays once (median of
   (sum of the single-request times - batch time) / (n - 1)).
-- client path: the workflow driver (`driver.py`, the client of every real run, with its
+- client path: the workflow driver (`../client/driver.py`, the client of every real run, with its
   workflow hints) replays one-call tasks one after another (`max_new_tokens=1`): call
   released -> launch of its prefill iteration (`submit`) and end of that iteration -> answer
   back in the driver (`return`), medians: the driver, HTTP, tokenizer manager and
@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from topas.engines.latency.profile import FORMAT
-from topas.engines.sglang.profile_io import Client, IterationTail, ProfileRunError, median_or_none, server_facts
+from topas.engines.sglang.tools.profile_io import Client, IterationTail, ProfileRunError, median_or_none, server_facts
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def measure_round_trip(client: Client, tail: IterationTail, calls: int = 16,
     driver -> scheduler (`submit`) and scheduler -> driver (`return`) of one-call tasks replayed
     one after another on the idle server (medians), and the release spacing of one-call tasks
     that all arrive at once (`dispatch`, median)."""
-    from topas.engines.sglang.driver import DriverConfig, run_trace_sync
+    from topas.engines.sglang.client.driver import DriverConfig, run_trace_sync
     from topas.workflow import Agent, CallNode, Task, Trace, Workflow, template_of
 
     tag = uuid.uuid4().hex[:6]
@@ -255,7 +255,7 @@ def measure(client: Client, iteration_log: str | Path, grid: Grid, context_len: 
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "server": facts,
             "grid": asdict(grid),
-            "method": "topas.engines.sglang.profile: plugin iteration log, medians over repeats",
+            "method": "topas.engines.sglang.tools.profile: plugin iteration log, medians over repeats",
             "measure_s": round(time.monotonic() - t0, 1),
         },
         "prefill": {"extend_tokens": list(grid.prefill_extend), "prefix_tokens": list(grid.prefill_prefix), "seconds": pre},
@@ -272,7 +272,7 @@ def measure(client: Client, iteration_log: str | Path, grid: Grid, context_len: 
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m topas.engines.sglang.profile", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m topas.engines.sglang.tools.profile", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="profile file to write (JSON)")
     ap.add_argument("--url", default=None, help="a running server (with --iteration-log); default: start one")
     ap.add_argument("--iteration-log", default=None, help="the TOPAS_ITERATION_LOG file of the server at --url")
@@ -304,7 +304,8 @@ def _vocab(model_path: str | None, given: int | None) -> int:
 def profile_server(base_url: str, iteration_log: str | Path, out: str | Path, grid: Grid, vocab: int,
                    context_len: int | None = None, say=print) -> dict:
     """Measure the server at `base_url` (its iteration log at `iteration_log`) and write `out`."""
-    data = measure(Client(base_url, vocab), iteration_log, grid, context_len, say)
+    with Client(base_url, vocab) as client:
+        data = measure(client, iteration_log, grid, context_len, say)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(data, indent=1) + "\n")
     return data
@@ -318,12 +319,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     say = lambda m: print(f"[profile {time.strftime('%H:%M:%S')}] {m}", flush=True)  # noqa: E731
     try:
         if a.url:
-            vocab = _vocab(Client(a.url, 1000).get("/get_server_info").get("model_path"), a.vocab_size)
+            with Client(a.url, 1000) as client:
+                vocab = _vocab(client.get("/get_server_info").get("model_path"), a.vocab_size)
             profile_server(a.url, a.iteration_log, a.out, grid, vocab, a.context_len, say)
         else:
             import tempfile
 
-            from topas.engines.sglang.server import TINY_CPU_MODEL, ServerConfig, SGLangServer
+            from topas.engines.sglang.client.server import TINY_CPU_MODEL, ServerConfig, SGLangServer
 
             work = Path(tempfile.mkdtemp(prefix="topas-profile-"))
             model = Path(a.model_path) if a.model_path else TINY_CPU_MODEL

@@ -1,6 +1,6 @@
 """Smoke benchmark of the real SGLang server: start-up time, throughput, prefix reuse.
 
-    python -m topas.engines.sglang.smoke [--policy fcfs] [--profile cpu] [--model DIR] [--out result.json]
+    python -m topas.engines.sglang.tools.smoke [--policy fcfs] [--profile cpu] [--model DIR] [--out result.json]
 
 Starts the server (tiny CPU model by default), measures the time to /health 200, one
 request's decode speed, the aggregate speed of 16 concurrent requests, and checks
@@ -14,36 +14,30 @@ import argparse
 import json
 import sys
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from topas.engines.sglang.server import TINY_CPU_MODEL, ServerConfig, SGLangServer
+from topas.engines.sglang.client.server import TINY_CPU_MODEL, ServerConfig, SGLangServer
 
 
-def _generate(base: str, ids: list[int], n: int) -> dict:
-    body = json.dumps(
-        {"input_ids": ids, "sampling_params": {"max_new_tokens": n, "ignore_eos": True, "temperature": 0.0}}
-    ).encode()
-    req = urllib.request.Request(f"{base}/generate", body, {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        return json.loads(r.read())
+def _generate(srv: SGLangServer, ids: list[int], n: int) -> dict:
+    return srv.post("/generate", {"input_ids": ids,
+                                  "sampling_params": {"max_new_tokens": n, "ignore_eos": True, "temperature": 0.0}})
 
 
 def measure(srv: SGLangServer, prompt_len: int = 64, out_len: int = 128, concurrency: int = 16) -> dict:
-    base = srv.base_url
-    _generate(base, [5] * 8, 4)  # warm-up
+    _generate(srv, [5] * 8, 4)  # warm-up
     t = time.monotonic()
-    one = _generate(base, [(7 * i) % 900 + 10 for i in range(prompt_len)], out_len)
+    one = _generate(srv, [(7 * i) % 900 + 10 for i in range(prompt_len)], out_len)
     single_s = time.monotonic() - t
     prompts = [[(13 * i + 31 * k) % 900 + 10 for i in range(prompt_len)] for k in range(concurrency)]
     t = time.monotonic()
-    with ThreadPoolExecutor(concurrency) as ex:
-        outs = list(ex.map(lambda p: _generate(base, p, out_len), prompts))
+    with ThreadPoolExecutor(concurrency) as ex:  # the server's pooled client is shared by the threads
+        outs = list(ex.map(lambda p: _generate(srv, p, out_len), prompts))
     multi_s = time.monotonic() - t
     shared = [(11 * i) % 900 + 10 for i in range(prompt_len)]
-    _generate(base, shared + [1, 2, 3], 4)
-    second = _generate(base, shared + [4, 5, 6], 4)
+    _generate(srv, shared + [1, 2, 3], 4)
+    second = _generate(srv, shared + [4, 5, 6], 4)
     return {
         "startup_s": round(srv.startup_s or 0.0, 2),
         "single_request_tok_s": round(len(one["output_ids"]) / single_s, 1),
@@ -72,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     with SGLangServer(cfg) as srv:
         result = measure(srv)
         pids = srv.pids()
-    from topas.engines.sglang.processes import processes_alive
+    from topas.engines.sglang.client.processes import processes_alive
 
     result["processes_left_after_stop"] = len(processes_alive(pids))
     text = json.dumps(result, indent=2)

@@ -10,13 +10,15 @@
   --attention-backend torch_native --sampling-backend pytorch --grammar-backend none
   --disable-cuda-graph --disable-overlap-schedule`. `profile="gpu"`: SGLang's own defaults.
 - The policy selection reaches the scheduler process through the environment
-  (`TOPAS_POLICY`, `TOPAS_POLICY_PARAMS`, ... see plugin.py and plugin_env.py); no policy = plain SGLang.
+  (`TOPAS_POLICY`, `TOPAS_POLICY_PARAMS`, ... see ../plugin/hooks.py and ../plugin_env.py); no policy = plain SGLang.
 - The server runs in its own process group (session); `stop()` terminates the whole
   group (SIGTERM, then SIGKILL after a grace period) plus any descendant that left it,
   and is called on every exit path of the context manager (exceptions, Ctrl-C) and at
   interpreter exit.
 - Errors are one line: `SGLangNotInstalled`, `ServerStartError` (died during start-up,
-  or not healthy in time; the message names the log file and quotes its last line).
+  or not healthy in time; the message names the log file and quotes its last line),
+  `ServerRequestError` (an OSError: a request got an error status or no answer).
+- HTTP (health checks, `post`, `flush_cache`): one pooled `httpx.Client` per started server.
 """
 
 from __future__ import annotations
@@ -28,17 +30,18 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from topas.engines.sglang import plugin_env as _env
-from topas.engines.sglang.processes import descendants, die_with_parent, stop_process_group
+import httpx
 
-TINY_CPU_MODEL = Path(__file__).resolve().parent / "models" / "tiny_cpu"
+from topas.engines.sglang import plugin_env as _env
+from topas.engines.sglang.client.http_client import ServerRequestError, error_line, status_line, sync_client
+from topas.engines.sglang.client.processes import descendants, die_with_parent, stop_process_group
+
+TINY_CPU_MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny_cpu"
 
 CPU_FLAGS: tuple[str, ...] = (
     "--device", "cpu",
@@ -96,10 +99,10 @@ class ServerConfig:
     policy_params: Mapping[str, Any] | None = None
     policy_modules: Sequence[str] = ()
     decision_log: str | os.PathLike | None = None
-    iteration_log: str | os.PathLike | None = None  # per-iteration timeline (iteration_log.IterationLog)
+    iteration_log: str | os.PathLike | None = None  # per-iteration timeline (plugin.iteration_log.IterationLog)
     templates_file: str | os.PathLike | None = None
     cost_model: Mapping[str, Any] | None = None
-    decision_trigger: str = "change"  # "change" | "pass" (plugin.py)
+    decision_trigger: str = "change"  # "change" | "pass" (../plugin/hooks.py)
     log_path: str | os.PathLike | None = None  # server stdout+stderr; None: a temp file
     startup_timeout_s: float = 240.0
     stop_timeout_s: float = 20.0
@@ -207,6 +210,7 @@ class SGLangServer:
         self.log_path: Path | None = None
         self.startup_s: float | None = None
         self._log_file = None
+        self._http: httpx.Client | None = None
         self._atexit_registered = False
 
     @property
@@ -277,28 +281,39 @@ class SGLangServer:
 
     def healthy(self, timeout: float = 2.0) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.base_url}/health", timeout=timeout) as r:
-                return r.status == 200
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return self._client().get(f"{self.base_url}/health", timeout=timeout).status_code == 200
+        except (httpx.HTTPError, OSError):
             return False
 
     def post(self, path: str, payload: Mapping[str, Any] | None = None, timeout: float = 600.0) -> Any:
-        """POST JSON to the server; the decoded JSON answer (or text)."""
-        data = json.dumps(dict(payload or {})).encode()
-        req = urllib.request.Request(f"{self.base_url}{path}", data=data, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            body = r.read()
+        """POST JSON to the server; the decoded JSON answer (or text). `ServerRequestError`
+        (one line) on an error status or no answer."""
+        r = self._request("POST", path, json.dumps(dict(payload or {})).encode(), timeout)
         try:
-            return json.loads(body)
+            return r.json()
         except json.JSONDecodeError:
-            return body.decode("utf-8", "replace")
+            return r.text
 
     def flush_cache(self) -> None:
-        """Empty SGLang's prefix cache (only when no request is queued or running).
-        Pins held by the plugin die with the tree; it notices at its next decision."""
-        req = urllib.request.Request(f"{self.base_url}/flush_cache", data=b"", method="POST")
-        with urllib.request.urlopen(req, timeout=60) as r:
-            r.read()
+        """Empty SGLang's prefix cache (only when no request is queued or running: else
+        SGLang answers 400, a `ServerRequestError`). Pins held by the plugin die with the
+        tree; it notices at its next decision."""
+        self._request("POST", "/flush_cache", b"", 60.0)
+
+    def _request(self, method: str, path: str, body: bytes, timeout: float) -> httpx.Response:
+        try:
+            r = self._client().request(method, f"{self.base_url}{path}", content=body, timeout=timeout,
+                                       headers={"Content-Type": "application/json"})
+        except (httpx.HTTPError, OSError) as e:
+            raise ServerRequestError(f"{method} {path}: {error_line(e)}") from None
+        if r.status_code >= 400:
+            raise ServerRequestError(f"{method} {path}: {status_line(r.status_code, r.content)}")
+        return r
+
+    def _client(self) -> httpx.Client:
+        if self._http is None:  # per-request timeouts are given with each call
+            self._http = sync_client(600.0)
+        return self._http
 
     def set_policy(self, name: str, params: Mapping[str, Any] | None = None, timeout: float = 60.0) -> None:
         """Switch the plugin to a fresh instance of policy `name` through a one-token control
@@ -350,6 +365,9 @@ class SGLangServer:
             return
         stop_process_group(proc, self.config.stop_timeout_s)
         self.proc = None
+        if self._http is not None:
+            self._http.close()
+            self._http = None
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

@@ -1,17 +1,18 @@
 """SGLang 0.5.23 plugin: run an engine-neutral topas policy inside the real scheduler.
 
-Entry point `sglang.srt.plugins: topas = topas.engines.sglang.plugin:register`
+Entry point `sglang.srt.plugins: topas = topas.engines.sglang.plugin.hooks:register`
 (pyproject). SGLang calls `load_plugins()` in every server process (engine, scheduler,
 detokenizer); `register()` does nothing unless `TOPAS_POLICY` is set, then validates
 the policy configuration (a bad name or parameter stops the server at launch with a
 one-line message) and registers three hooks with
 `sglang.srt.plugins.hook_registry.HookRegistry`; they only act in the scheduler process.
 `TOPAS_ITERATION_LOG` alone (with or without a policy) registers the fourth hook, so a
-plain SGLang server can be profiled (`profile.py`).
+plain SGLang server can be profiled (`tools/profile.py`).
 
-Modules: `controller.py` (observe, decide, apply; the decision log's events),
-`iteration_log.py` (hook 4's records), `plugin_env.py` (the environment below),
-`adapter.py` / `hints.py` / `cache_probe.py` / `pins.py` (translation to and from SGLang).
+Modules (paths under topas/engines/sglang/): `plugin/controller.py` (observe, decide,
+apply; the decision log's events), `plugin/iteration_log.py` (hook 4's records),
+`plugin_env.py` (the environment below), `plugin/adapter.py` / `hints.py` /
+`plugin/cache_probe.py` / `plugin/pins.py` (translation to and from SGLang).
 
 Hooks (targets in sglang 0.5.23):
 
@@ -52,7 +53,7 @@ call (`UnifiedRadixCache` evicts through its LRU walk; `_evict_device_leaf` and
 `tree_core.demote` are internals); the plugin applies them as "release the pin" and logs
 them, leaving the eviction to SGLang's LRU (see the decision log's `not_applied`).
 
-Environment (set by `server.py`):
+Environment (set by `client/server.py`):
   TOPAS_POLICY          policy name in `topas.policy.registry` (unset: plugin inactive)
   TOPAS_POLICY_PARAMS   JSON object of policy parameters, or a path to a JSON file
   TOPAS_POLICY_MODULES  comma-separated modules or .py paths to import first (they may
@@ -79,9 +80,9 @@ import os
 import time
 from typing import Any
 
-from topas.engines.sglang.controller import Controller
-from topas.engines.sglang.iteration_log import IterationLog
 from topas.engines.sglang.jsonl import JsonlWriter
+from topas.engines.sglang.plugin.controller import Controller
+from topas.engines.sglang.plugin.iteration_log import IterationLog
 from topas.engines.sglang.plugin_env import (
     ENV_DECISION_LOG,
     ENV_ITERATION_LOG,

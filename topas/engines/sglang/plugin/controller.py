@@ -3,7 +3,7 @@ running batch, tells the policy what happened (task arrived, request ready / fin
 asks it for a decision when something changed, and applies the decision (preemptions,
 pins, the waiting queue's order for this pass, held-back requests restored afterwards).
 
-Decision log events (JSONL, `TOPAS_DECISION_LOG`): `start` (written by plugin.py),
+Decision log events (JSONL, `TOPAS_DECISION_LOG`): `start` (written by hooks.py),
 `policy` (switch), `decision` (t, n, wall_s of `policy.schedule`, view_s, reused_before,
 waiting, running, admit, pin, offload, drop, preempt, preempted, resident, pinned,
 not_applied, kv_used, kv_evictable), `admitted` (rids in admission order), `preempted`,
@@ -20,7 +20,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from topas.engines.sglang.adapter import (
+from topas.engines.sglang.hints import HintError, WorkflowHint, control_from_req, hint_from_req, template_from_json
+from topas.engines.sglang.jsonl import JsonlWriter
+from topas.engines.sglang.plugin.adapter import (
     EngineCapacity,
     TaskRecord,
     build_view,
@@ -31,10 +33,8 @@ from topas.engines.sglang.adapter import (
     request_info,
     restore_order,
 )
-from topas.engines.sglang.cache_probe import CacheProbe
-from topas.engines.sglang.hints import HintError, WorkflowHint, control_from_req, hint_from_req, template_from_json
-from topas.engines.sglang.jsonl import JsonlWriter
-from topas.engines.sglang.pins import PinSet
+from topas.engines.sglang.plugin.cache_probe import CacheProbe
+from topas.engines.sglang.plugin.pins import PinSet
 from topas.engines.sglang.plugin_env import ENV_TEMPLATES, ENV_TRIGGER, load_templates, params_dict
 from topas.policy.decision import Decision
 from topas.policy.events import RequestFinished, RequestReady, TaskArrived

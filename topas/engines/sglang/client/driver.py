@@ -11,7 +11,11 @@
   sglang 0.5.23 scheduler).
 - Exact output lengths: `max_new_tokens = output_tokens`, `ignore_eos = true`, greedy.
 - Workflow metadata travels in the `kv_hints` envelope as action `topas.workflow/v1`
-  (adapter.py), optionally also in `sampling_params.custom_params`.
+  (`../hints.py`; read by `../plugin/adapter.py`), optionally also in `sampling_params.custom_params`.
+
+- HTTP: one pooled keep-alive `httpx.AsyncClient` per replay; at most `max_inflight`
+  requests in flight (a semaphore; the pool holds as many connections). A failed request is
+  a one-line `DriverError` (`HTTP 400: <body>`, or the transport error).
 
 `run_trace(trace, DriverConfig(base_url=...))` returns one plain dict per call (see
 `CallRecord`); times are seconds since the replay started (monotonic clock).
@@ -23,16 +27,15 @@ import asyncio
 import hashlib
 import json
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import httpx
 import numpy as np
 
+from topas.engines.sglang.client.http_client import async_client, error_line, status_line
 from topas.engines.sglang.hints import (
     WorkflowHint,
     custom_params_fallback,
@@ -71,8 +74,8 @@ class DriverConfig:
     time_scale: float = 1.0  # multiply arrival times and gaps
     hint_channel: str = "kv_hints"  # "kv_hints" | "custom_params" | "both"
     include_template_spec: bool = True  # send the task's template in the hint payload
-    request_timeout_s: float = 3600.0
-    max_inflight: int = 512  # HTTP worker threads (requests in flight at once)
+    request_timeout_s: float = 3600.0  # each connect / read of a request (as a socket timeout)
+    max_inflight: int = 512  # requests in flight at once (later calls wait for a slot)
     run_tag: str | None = None  # prefix of request ids; default: a random tag
     temperature: float = 0.0
     stream: bool = False  # stream the answer to record the first token's arrival (more server work per token)
@@ -115,7 +118,9 @@ class _Replay:
         self.records: list[CallRecord] = []
         self.t0_mono = 0.0
         self.t0_wall = 0.0
-        self.pool = ThreadPoolExecutor(max_workers=max(1, cfg.max_inflight), thread_name_prefix="topas-driver")
+        self.url = f"{cfg.base_url.rstrip('/')}/generate"
+        self.http: httpx.AsyncClient | None = None  # opened by run()
+        self.slots: asyncio.Semaphore | None = None
         # what the server's radix tree could hold: token sequences already sent / produced
         self._seen_seqs: list[tuple[tuple[str, int], ...]] = []
         self._finished_seqs: dict[str, tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]] = {}
@@ -160,45 +165,53 @@ class _Replay:
             raise DriverError(f"task {task.task_id}, node {node_id}: empty prompt")
         return ids, segs
 
-    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+    async def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
         """POST /generate; the final answer, plus `_first_token` (replay seconds) when streaming."""
-        data = json.dumps(payload).encode()
-        req = urllib.request.Request(
-            f"{self.cfg.base_url}/generate", data=data, headers={"Content-Type": "application/json"}
-        )
+        rid = payload.get("rid")
+        # own json.dumps: httpx's json= refuses NaN, which the hint payload may carry
+        body = json.dumps(payload).encode()
+        headers = {"Content-Type": "application/json"}
         try:
-            with urllib.request.urlopen(req, timeout=self.cfg.request_timeout_s) as r:
+            async with self.slots:
                 if not payload.get("stream"):
-                    return json.loads(r.read())
-                first: float | None = None
-                last: dict[str, Any] | None = None
-                ids: list[int] = []
-                for raw in r:  # server-sent events: b"data: {...}" lines, then b"data: [DONE]"
-                    line = raw.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    body = line[5:].strip()
-                    if body == b"[DONE]":
-                        break
-                    chunk = json.loads(body)
-                    if "error" in chunk:
-                        raise DriverError(f"request {payload.get('rid')}: {chunk['error'].get('message')}")
-                    if first is None and chunk.get("output_ids"):
-                        first = self.now()
-                    out = chunk.get("output_ids") or []
-                    ids = out if len(out) >= len(ids) else ids + out  # cumulative (default) or incremental
-                    last = chunk
-                if last is None:
-                    raise DriverError(f"request {payload.get('rid')}: empty stream")
-                last = dict(last)
-                last["output_ids"] = ids
-                last["_first_token"] = first
-                return last
-        except urllib.error.HTTPError as e:
-            body = e.read()[:300].decode("utf-8", "replace")
-            raise DriverError(f"request {payload.get('rid')}: HTTP {e.code}: {body}") from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
-            raise DriverError(f"request {payload.get('rid')}: {type(e).__name__}: {e}") from None
+                    r = await self.http.post(self.url, content=body, headers=headers)
+                    if r.status_code >= 400:
+                        raise DriverError(f"request {rid}: {status_line(r.status_code, r.content)}")
+                    return json.loads(r.content)
+                async with self.http.stream("POST", self.url, content=body, headers=headers) as r:
+                    if r.status_code >= 400:
+                        raise DriverError(f"request {rid}: {status_line(r.status_code, await r.aread())}")
+                    return await self._read_stream(r, rid)
+        except (httpx.HTTPError, OSError) as e:
+            raise DriverError(f"request {rid}: {error_line(e)}") from None
+        except json.JSONDecodeError as e:
+            raise DriverError(f"request {rid}: the answer is not JSON: {error_line(e)}") from None
+
+    async def _read_stream(self, r: httpx.Response, rid: Any) -> dict[str, Any]:
+        first: float | None = None
+        last: dict[str, Any] | None = None
+        ids: list[int] = []
+        async for raw in r.aiter_lines():  # server-sent events: "data: {...}" lines, then "data: [DONE]"
+            line = raw.strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            chunk = json.loads(data)
+            if "error" in chunk:
+                raise DriverError(f"request {rid}: {chunk['error'].get('message')}")
+            if first is None and chunk.get("output_ids"):
+                first = self.now()
+            out = chunk.get("output_ids") or []
+            ids = out if len(out) >= len(ids) else ids + out  # cumulative (default) or incremental
+            last = chunk
+        if last is None:
+            raise DriverError(f"request {rid}: empty stream")
+        last = dict(last)
+        last["output_ids"] = ids
+        last["_first_token"] = first
+        return last
 
     async def run_call(self, task: Task, node_id: str, deps: Sequence[asyncio.Future]) -> None:
         if deps:
@@ -239,8 +252,7 @@ class _Replay:
             raise DriverError(f"unknown hint_channel {self.cfg.hint_channel!r}")
         predicted = _shared_run(segs, self._seen_seqs)
         self._seen_seqs.append(tuple(segs))  # its prompt enters the tree once prefilled
-        loop = asyncio.get_running_loop()
-        out = await loop.run_in_executor(self.pool, self._post, payload)
+        out = await self._post(payload)
         finish = self.now()
         meta = out.get("meta_info", {}) or {}
         out_ids = list(out.get("output_ids") or [])
@@ -306,15 +318,17 @@ class _Replay:
         self.t0_wall = time.time()
         if meta is not None:  # the replay's clock: record times are seconds after t0_wall
             meta.update(t0_wall=self.t0_wall, t0_mono=self.t0_mono, run_tag=self.tag)
-        tasks = [asyncio.ensure_future(self.run_task(t)) for t in self.trace.tasks]
-        try:
-            await asyncio.gather(*tasks)
-        except BaseException:
-            for t in tasks:
-                t.cancel()
-            raise
-        finally:
-            self.pool.shutdown(wait=False, cancel_futures=True)
+        self.slots = asyncio.Semaphore(max(1, self.cfg.max_inflight))
+        async with async_client(self.cfg.request_timeout_s, max(1, self.cfg.max_inflight)) as http:
+            self.http = http
+            tasks = [asyncio.ensure_future(self.run_task(t)) for t in self.trace.tasks]
+            try:
+                await asyncio.gather(*tasks)
+            except BaseException:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)  # their requests end before the pool closes
+                raise
         if self.cfg.reuse_bounds:
             self.reuse_bounds()
         if meta is not None:

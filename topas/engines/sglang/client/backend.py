@@ -2,7 +2,7 @@
 
     python run.py backend=sglang model=tiny_cpu scheduler=topas workload=dag4 workload.num_tasks=3
 
-`run_sglang(ctx)` (the runner's backend entry, `topas.runner.BACKENDS["sglang"]`):
+`run_sglang(ctx)` (the runner's backend entry, `topas.config.BACKENDS["sglang"]`):
 1. resolves the profile (`auto`: `gpu` when `nvidia-smi` lists a GPU, else `cpu`), the
    model folder (dummy weights from the model config's HF `config.json` unless
    `model_path` is given), the token scale (`token_scale: null` = automatic, see
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from topas.config import ConfigError
-from topas.engines.sglang.backend_config import (  # noqa: F401 - SGLangBackendConfig: conf/backend/sglang.yaml's schema (topas.config)
+from topas.engines.sglang.client.backend_config import (  # noqa: F401 - SGLangBackendConfig: conf/backend/sglang.yaml's schema (topas.config)
     PINNED_SGLANG,
     SGLangBackendConfig,
     check_config,
@@ -46,7 +46,7 @@ from topas.engines.sglang.backend_config import (  # noqa: F401 - SGLangBackendC
     server_args,
     sglang_version,
 )
-from topas.engines.sglang.shared_server import ServerLease, reset_logs, server_key
+from topas.engines.sglang.client.shared_server import ServerLease, reset_logs, server_key
 from topas.results import RunRecord
 
 WARMUP_IDS = (0, 1, 2)  # below driver.TOKEN_ID_OFFSET: never a prefix of a replayed prompt
@@ -64,7 +64,7 @@ class SGLangRunError(ValueError):
 def _log_hint(srv, shown: Path | None = None) -> str:
     """The server log's most telling last line, and where the log is kept (`shown`: the run
     folder's copy when the server is a kept one)."""
-    from topas.engines.sglang.server import _last_line
+    from topas.engines.sglang.client.server import _last_line
 
     last = _last_line(srv.log_path) if srv.log_path else ""
     return f"{last + ' ' if last else ''}(log: {shown or srv.log_path})"
@@ -102,7 +102,7 @@ def flush_when_idle(srv, timeout_s: float = 30.0) -> bool:
 
 async def _replay_watched(srv, trace, dcfg, meta: dict, timeout_s: float | None, log: Path | None = None) -> list[dict]:
     """The driver's replay, failing fast when the server process dies."""
-    from topas.engines.sglang.driver import run_trace
+    from topas.engines.sglang.client.driver import run_trace
 
     job = asyncio.ensure_future(run_trace(trace, dcfg, meta))
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -161,17 +161,17 @@ def _check_outputs(calls: list[dict], log: Path) -> None:
 
 def run_sglang(ctx) -> tuple[RunRecord, float]:
     """Run `ctx.trace` on a real SGLang server with `ctx.scheduler` as the policy."""
-    from topas.engines.sglang.driver import DriverConfig, DriverError
-    from topas.engines.sglang.jsonl import read_jsonl
-    from topas.engines.sglang.records import sglang_record
-    from topas.engines.sglang.scaling import scale_trace
-    from topas.engines.sglang.server import (
+    from topas.engines.sglang.client.driver import DriverConfig, DriverError
+    from topas.engines.sglang.client.records import sglang_record
+    from topas.engines.sglang.client.scaling import scale_trace
+    from topas.engines.sglang.client.server import (
         ServerConfig,
         SGLangNotInstalled,
         SGLangServer,
         SGLangServerError,
         check_sglang_importable,
     )
+    from topas.engines.sglang.jsonl import read_jsonl
 
     b: SGLangBackendConfig = ctx.backend
     check_config(b)
@@ -233,7 +233,7 @@ def run_sglang(ctx) -> tuple[RunRecord, float]:
             warm_up(srv, b.warmup_requests if fresh else 0, timeout=b.request_timeout_s)
             if not fresh:
                 flush_when_idle(srv)
-        except OSError as e:  # urllib errors
+        except OSError as e:  # ServerRequestError: an error status or no answer
             raise SGLangRunError(f"warm-up request failed: {e}: {_log_hint(srv, run_log)}") from None
         try:
             calls = asyncio.run(_replay_watched(srv, trace, dcfg, meta, b.replay_timeout_s, run_log))

@@ -1,5 +1,6 @@
 """Access to a running SGLang server for measurements (`profile.py`): a minimal HTTP client
-that sends token ids with exact output lengths, the plugin's iteration log read as it grows,
+(one pooled `httpx.Client`, shared by the profiler's threads) that sends token ids with exact
+output lengths, the plugin's iteration log read as it grows,
 and the server settings the simulator must copy."""
 
 from __future__ import annotations
@@ -7,13 +8,15 @@ from __future__ import annotations
 import json
 import statistics
 import time
-import urllib.request
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from topas.engines.sglang.driver import segment_token_ids
+import httpx
+
+from topas.engines.sglang.client.driver import segment_token_ids
+from topas.engines.sglang.client.http_client import ServerRequestError, error_line, status_line, sync_client
 
 
 class ProfileRunError(RuntimeError):
@@ -46,6 +49,16 @@ class Client:
         self.timeout_s = timeout_s
         self.tag = uuid.uuid4().hex[:8]
         self.n = 0
+        self.http = sync_client(timeout_s)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def fresh(self, n: int) -> list[int]:
         self.n += 1
@@ -57,16 +70,23 @@ class Client:
         rid = f"topas-profile-{self.tag}-{self.n}"
         body = {"rid": rid, "input_ids": list(ids),
                 "sampling_params": {"max_new_tokens": int(max_new), "ignore_eos": True, "temperature": 0.0}}
-        req = urllib.request.Request(f"{self.base_url}/generate", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
         t0 = time.time()
-        with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-            r.read()
+        self._request("POST", "/generate", json.dumps(body).encode(), self.timeout_s)
         return rid, t0, time.time()
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(f"{self.base_url}{path}", timeout=60) as r:
-            return json.loads(r.read())
+        return self._request("GET", path, None, 60.0).json()
+
+    def _request(self, method: str, path: str, body: bytes | None, timeout: float) -> httpx.Response:
+        """The answer, read in full; `ServerRequestError` (one line) on an error status or none."""
+        try:
+            r = self.http.request(method, f"{self.base_url}{path}", content=body, timeout=timeout,
+                                  headers={"Content-Type": "application/json"})
+        except (httpx.HTTPError, OSError) as e:
+            raise ServerRequestError(f"{method} {path}: {error_line(e)}") from None
+        if r.status_code >= 400:
+            raise ServerRequestError(f"{method} {path}: {status_line(r.status_code, r.content)}")
+        return r
 
 
 def server_facts(client: Client, context_len: int | None) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 SGLang state -> `SchedulerView`, `Decision` -> waiting-queue order, pin changes, releases.
 
 Pure functions and small value types; nothing here patches sglang or keeps global
-state (that is `plugin.py` / `controller.py`). Importing this module does not import
-sglang. The request hints live in `hints.py`, cache queries and pins in `cache_probe.py`.
+state (that is `hooks.py` / `controller.py`). Importing this module does not import
+sglang. The request hints live in `../hints.py`, cache queries and pins in `cache_probe.py`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from topas.engines.sglang.cache_probe import CacheProbe
 from topas.engines.sglang.hints import WorkflowHint
+from topas.engines.sglang.plugin.cache_probe import CacheProbe
 from topas.policy.decision import Decision
 from topas.policy.view import CostModel, PrefixState, RequestInfo, SchedulerView, TaskProgress
 from topas.workflow import WorkflowTemplate
