@@ -58,7 +58,7 @@ tune: $(STAMP)
 
 ## Measure each workload's capacity (FCFS, all tasks at t=0) -> topas/workloads/data/capacity.yaml.
 capacity: $(STAMP)
-	$(PY) -m topas.capacity $(ARGS)
+	$(PY) -m topas.measure_capacity $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -20,8 +20,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from analysis import style
-from analysis import tables as T
+from analysis import style, tables
 from analysis.display import fmt_value
 from analysis.load import load_tasks, load_timeline
 
@@ -60,7 +59,7 @@ def scheduler_handles(names) -> list[Line2D]:
 
 def _workloads(df: pd.DataFrame) -> list[str]:
     present = set(df["workload"])
-    return [w for w in T.WORKLOAD_ORDER if w in present] + sorted(present - set(T.WORKLOAD_ORDER))
+    return [w for w in tables.WORKLOAD_ORDER if w in present] + sorted(present - set(tables.WORKLOAD_ORDER))
 
 
 def _claim(claims: dict[str, Any], kind: str, workload: str, metric: str) -> dict[str, Any] | None:
@@ -71,7 +70,7 @@ def _claim(claims: dict[str, Any], kind: str, workload: str, metric: str) -> dic
 def _paper_implied(df: pd.DataFrame, claims: dict[str, Any], workload: str, metric: str) -> tuple[float, str, float] | None:
     """(best paper-set baseline's mean x (1 + the paper's change), that baseline, the paper's change)."""
     c = _claim(claims, "reduction", workload, metric)
-    best = T.best_baseline(df, workload, metric, claims["paper_baselines"])
+    best = tables.best_baseline(df, workload, metric, claims["paper_baselines"])
     if c is None or best is None:
         return None
     base = df[(df["workload"] == workload) & (df["scheduler"] == best)][metric].mean()
@@ -84,7 +83,7 @@ def jct_cdf(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure | 
     runs = df[df["scheduler"].isin(PAPER_SET)]
     if runs.empty:
         return None
-    claims = claims or T.load_claims()
+    claims = claims or tables.load_claims()
     data = pd.concat([load_tasks(r.run_dir).query("~warmup").assign(workload=r.workload, scheduler=r.scheduler)
                       for r in runs.itertuples()])
     ws, scheds = _workloads(data), style.ordered(data["scheduler"])
@@ -97,7 +96,7 @@ def jct_cdf(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure | 
         if implied:
             x, best, paper = implied
             ax.axvline(x, **PAPER_KW)
-            ours, ci, _ = T.paired_change(runs, w, "jct_mean", "topas", best)
+            ours, ci, _ = tables.paired_change(runs, w, "jct_mean", "topas", best)
             # in the title, not on the axes: a box there would cover some scheduler's tail
             ax.set_title(f"{style.workload_label(w)}\nmean JCT vs {style.label(best)}:\npaper {fmt_value(paper)}, "
                          f"ours {fmt_value(ours)} ±{100 * ci:.1f} pp", fontsize=7)
@@ -114,12 +113,12 @@ def main_jct(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure |
     """Mean and p99 JCT per scheduler and workload with CIs; the paper's reduction drawn on the TOPAS row."""
     if df.empty:
         return None
-    claims = claims or T.load_claims()
+    claims = claims or tables.load_claims()
     ws, scheds = _workloads(df), style.ordered(df["scheduler"])
     fig = new_figure(2.5 * len(ws) + 1.2, 0.42 * len(scheds) + 1.6)
     axes = fig.subplots(2, len(ws), squeeze=False, sharey=True)
     for row, metric in enumerate(("jct_mean", "jct_p99")):
-        s = T.mean_ci(df, ["workload", "scheduler"], metric)
+        s = tables.mean_ci(df, ["workload", "scheduler"], metric)
         for ax, w in zip(axes[row], ws):
             sw = s[s["workload"] == w].set_index("scheduler")
             for i, sc in enumerate(scheds):
@@ -143,7 +142,7 @@ def main_jct(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure |
 def _lines_by_workload(df: pd.DataFrame, x: str, xlabel: str, title: str) -> Figure:
     """One panel per workload: mean JCT against `x`, a line per scheduler with t-CI error bars."""
     ws, scheds = _workloads(df), style.ordered(df["scheduler"])
-    s = T.mean_ci(df, ["workload", "scheduler", x], "jct_mean")
+    s = tables.mean_ci(df, ["workload", "scheduler", x], "jct_mean")
     xs = np.sort(df[x].dropna().unique())
     step = float(np.diff(xs).min()) if len(xs) > 1 else 1.0
     fig = new_figure(3.3 * len(ws) + 1.6, 3.2)
@@ -181,14 +180,14 @@ def ablation(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure |
     """Mean and p99 JCT of each TOPAS variant; the paper's TOPAS vs TOPAS-base change drawn on the TOPAS bar."""
     if df.empty:
         return None
-    claims = claims or T.load_claims()
+    claims = claims or tables.load_claims()
     variants = style.ordered(df["scheduler"])
     metrics, width = ["jct_mean", "jct_p99"], 0.8 / len(variants)
     ticks = [style.metric_label(m) for m in metrics]
     fig = new_figure(7.2, 3.6)
     ax = fig.subplots()
     for i, m in enumerate(metrics):
-        s = T.mean_ci(df, ["scheduler"], m).set_index("scheduler")
+        s = tables.mean_ci(df, ["scheduler"], m).set_index("scheduler")
         for k, v in enumerate(variants):
             ax.bar(i + (k - (len(variants) - 1) / 2) * width, s.loc[v, "mean"], width, yerr=s.loc[v, "ci"], capsize=3,
                    color=style.color(v), label=style.label(v) if i == 0 else None)
@@ -196,7 +195,7 @@ def ablation(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure |
         if c and c["baseline"] in s.index and "topas" in variants:
             xt = i + (variants.index("topas") - (len(variants) - 1) / 2) * width
             y = s.loc[c["baseline"], "mean"] * (1 + c["paper"])
-            ours, ci, _ = T.paired_change(df, "metagpt_tl", m, "topas", c["baseline"])
+            ours, ci, _ = tables.paired_change(df, "metagpt_tl", m, "topas", c["baseline"])
             ax.hlines(y, xt - width / 2, xt + width / 2, **{**PAPER_KW, "lw": 2.2})
             ticks[i] += (f"\nTOPAS vs {style.label(c['baseline'])}:\npaper {fmt_value(c['paper'])}, "
                          f"ours {fmt_value(ours)} ±{100 * ci:.1f} pp")
@@ -213,7 +212,7 @@ def overhead(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure |
     df = df[df["scheduler"] == "topas"]
     if df.empty:
         return None
-    claims = {c["id"]: c for c in (claims or T.load_claims())["claims"]}
+    claims = {c["id"]: c for c in (claims or tables.load_claims())["claims"]}
     rates = sorted(df["arrival_rate"].unique())
     fig = new_figure(8.0, 3.2)
     axes = fig.subplots(1, 2)
@@ -222,7 +221,7 @@ def overhead(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure |
     for ax, metrics, scale, ylabel, cid in panels:
         w = 0.8 / len(metrics)
         for k, m in enumerate(metrics):
-            s = T.mean_ci(df, ["arrival_rate"], m).sort_values("arrival_rate")
+            s = tables.mean_ci(df, ["arrival_rate"], m).sort_values("arrival_rate")
             ax.bar(np.arange(len(rates)) + (k - (len(metrics) - 1) / 2) * w, scale * s["mean"], w, yerr=scale * s["ci"],
                    capsize=3, color=style.color("topas"), alpha=1.0 if k == 0 else 0.5, label=style.metric_label(m))
         c = claims.get(cid)
@@ -240,12 +239,12 @@ def motivation(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure
     """Two agents under FCFS: mean decode batch and makespan, alternating vs grouped arrivals."""
     if df.empty:
         return None
-    c = {c["id"]: c for c in (claims or T.load_claims())["claims"]}.get("motivation_batch", {})
+    c = {c["id"]: c for c in (claims or tables.load_claims())["claims"]}.get("motivation_batch", {})
     pats = [p for p in ("motivation_alternating", "motivation_grouped") if p in set(df["workload"])]
     fig = new_figure(6.8, 3.0)
     axes = fig.subplots(1, 2)
     for ax, m, ylabel in zip(axes, ["mean_batch_size", "makespan_s"], ["mean decode batch (requests)", "makespan (s)"]):
-        s = T.mean_ci(df, ["workload"], m).set_index("workload").loc[pats]
+        s = tables.mean_ci(df, ["workload"], m).set_index("workload").loc[pats]
         ax.bar(range(len(pats)), s["mean"], 0.6, yerr=s["ci"], capsize=3, color=style.color("fcfs"))
         ax.set_xticks(range(len(pats)), [style.workload_label(p) for p in pats])
         ax.set(ylabel=ylabel, xlabel="arrival pattern (FCFS)")

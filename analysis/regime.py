@@ -15,9 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis import display as D
-from analysis import style
-from analysis import tables as T
+from analysis import display, style, tables
 from analysis.figures import finish, new_figure
 
 BASELINES = ["parrot_fcfs", "spf", "lpm", "phase_batch"]  # the baselines that are ever the best
@@ -46,7 +44,7 @@ def verdict(change: float, ci: float, n: int) -> str:
 
 
 def _order(c: pd.DataFrame) -> pd.DataFrame:
-    ws = [w for w in T.WORKLOAD_ORDER if w in set(c["workload"])] + sorted(set(c["workload"]) - set(T.WORKLOAD_ORDER))
+    ws = [w for w in tables.WORKLOAD_ORDER if w in set(c["workload"])] + sorted(set(c["workload"]) - set(tables.WORKLOAD_ORDER))
     key = {"workload": lambda s: s.map(ws.index), "host": lambda s: s.map({"on": 0, "off": 1}),
            "pool": lambda s: s.map(lambda p: (p != "default", p)), "point": lambda s: s.map(_point_key)}
     return c.sort_values(KEYS, key=lambda s: key[s.name](s)).reset_index(drop=True)
@@ -68,8 +66,8 @@ def cells(df: pd.DataFrame, baselines: list[str] = BASELINES) -> pd.DataFrame:
         row = {"workload": w, "host": host, "pool": pool, "point": point, "kv_pool_tokens": g["kv_pool_tokens"].median(),
                "arrival_rate": g["arrival_rate"].mean()}
         for m in METRICS:
-            best = T.best_baseline(g, w, m, baselines)
-            change, ci, n = T.paired_change(g, w, m, "topas", best) if best else (math.nan, math.nan, 0)
+            best = tables.best_baseline(g, w, m, baselines)
+            change, ci, n = tables.paired_change(g, w, m, "topas", best) if best else (math.nan, math.nan, 0)
             row.update({f"{m}_best": best or "", f"{m}_change": change, f"{m}_ci": ci, f"{m}_seeds": n,
                         f"{m}_verdict": verdict(change, ci, n)})
         rows.append(row)
@@ -85,7 +83,7 @@ def _point_label(point: str, rate: float) -> str:
     return f"paper: {rate:.3g} task/s" if point == PAPER else point
 
 
-def display(c: pd.DataFrame) -> pd.DataFrame:
+def readable_table(c: pd.DataFrame) -> pd.DataFrame:
     """The regime table as people read it (changes in %, CI in percentage points)."""
     out = pd.DataFrame({
         "workload": [style.workload_label(w) for w in c["workload"]], "host tier": c["host"],
@@ -95,8 +93,8 @@ def display(c: pd.DataFrame) -> pd.DataFrame:
     for m in METRICS:
         name = style.metric_label(m)
         out[f"best for {name}"] = [style.label(b) if b else "n/a" for b in c[f"{m}_best"]]
-        out[f"{name}: TOPAS vs best"] = [D.fmt_value(x) for x in c[f"{m}_change"]]
-        out[f"{name} 95% CI"] = [D.fmt_ci(x) for x in c[f"{m}_ci"]]
+        out[f"{name}: TOPAS vs best"] = [display.fmt_value(x) for x in c[f"{m}_change"]]
+        out[f"{name} 95% CI"] = [display.fmt_ci(x) for x in c[f"{m}_ci"]]
         out[f"{name} verdict"] = c[f"{m}_verdict"]
     out["seeds"] = c["jct_mean_seeds"]
     return out
@@ -178,7 +176,7 @@ def verdict_summary(c: pd.DataFrame, metric: str = "jct_mean") -> pd.DataFrame:
         def where(v: str, g=g) -> str:
             sel = g[g[f"{metric}_verdict"] == v]
             return "; ".join(f"{_point_label(r.point, r.arrival_rate)}, host {r.host}, {_pool_label(r.pool, r.kv_pool_tokens)}: "
-                             f"{D.fmt_value(r[f'{metric}_change'])} vs {style.label(r[f'{metric}_best'])}"
+                             f"{display.fmt_value(r[f'{metric}_change'])} vs {style.label(r[f'{metric}_best'])}"
                              for _, r in sel.iterrows()) or "-"
         counts = g[f"{metric}_verdict"].value_counts()
         rows.append({"workload": style.workload_label(w), "cells": len(g), "wins": int(counts.get("win", 0)),
@@ -192,7 +190,7 @@ def write(df: pd.DataFrame, out) -> pd.DataFrame:
     c = cells(df)
     if c.empty:
         return c
-    tab = display(c)
-    D.write_table(out, "regime", tab, "Regime map: TOPAS vs the best baseline per workload, host tier, KV pool and load",
-                  table_note(df))
+    tab = readable_table(c)
+    display.write_table(out, "regime", tab, "Regime map: TOPAS vs the best baseline per workload, host tier, KV pool and load",
+                        table_note(df))
     return tab

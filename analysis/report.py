@@ -14,11 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import display as D
-from analysis import figures as F
-from analysis import regime as R
-from analysis import style
-from analysis import tables as T
+from analysis import display, figures, regime, style, tables
 from analysis.figures_claims import paper_vs_ours
 from analysis.load import ROOT, load_experiment
 
@@ -27,19 +23,19 @@ WALLCLOCK_CLAIMS = ("overhead_ms", "overhead_fraction")
 
 
 def _main_tables(main: pd.DataFrame, failed: pd.DataFrame, out: Path) -> pd.DataFrame:
-    tab = T.jct_table(main)
+    tab = tables.jct_table(main)
     # a (workload, scheduler) with failed or missing runs says so: its row is over fewer seeds
     lost = failed[failed["workload"].ne("")].groupby(["workload", "scheduler"]).size().rename("missing")
     tab = tab.merge(lost.reset_index(), on=["workload", "scheduler"], how="outer")
     tab["missing"] = tab["missing"].fillna(0).astype(int)
     tab["seeds"] = tab["seeds"].fillna(0).astype(int)
-    tab["workload"] = pd.Categorical(tab["workload"], [w for w in T.WORKLOAD_ORDER if w in set(tab["workload"])]
-                                     + sorted(set(tab["workload"]) - set(T.WORKLOAD_ORDER)))
-    tab = D.main_display(tab.sort_values(["workload", "jct_mean"]))
+    tab["workload"] = pd.Categorical(tab["workload"], [w for w in tables.WORKLOAD_ORDER if w in set(tab["workload"])]
+                                     + sorted(set(tab["workload"]) - set(tables.WORKLOAD_ORDER)))
+    tab = display.main_display(tab.sort_values(["workload", "jct_mean"]))
     note = f"Mean over seeds with the 95% Student-t CI half-width. {style.caption(main)}."
     if tab["missing runs"].any():
         note += " **Incomplete**: `missing runs` counts runs that failed or never finished (failed_runs.md)."
-    D.write_table(out, "main_jct", tab, "Mean and p99 JCT per workload and scheduler (s)", note)
+    display.write_table(out, "main_jct", tab, "Mean and p99 JCT per workload and scheduler (s)", note)
     return tab
 
 
@@ -54,7 +50,7 @@ def _regeneration_sample(main: pd.DataFrame, out: Path) -> None:
     import yaml
 
     sample = {}
-    order = {w: i for i, w in enumerate(T.WORKLOAD_ORDER)}
+    order = {w: i for i, w in enumerate(tables.WORKLOAD_ORDER)}
     for sched, g in main.groupby("scheduler"):
         r = g.assign(_w=g["workload"].map(order).fillna(99), _n=g["num_tasks"]).sort_values(["_n", "_w", "seed"]).iloc[0]
         cfg = yaml.safe_load((Path(r["run_dir"]) / "config.yaml").read_text())
@@ -76,7 +72,7 @@ def _special_claims(runs: dict[str, pd.DataFrame], claims: dict[str, Any]) -> li
             ours = float(x.mean()) if len(x) else float("nan")
             rows.append({"claim": cid, "workload": c["workload"], "metric": c["metric"], "unit": c.get("unit", "change"),
                          "baseline_set": "", "vs": "",
-                         "paper": c["paper"], "ours": ours, "ci95": T.ci95(x), "seeds": len(x), "difference": ours - c["paper"],
+                         "paper": c["paper"], "ours": ours, "ci95": tables.ci95(x), "seeds": len(x), "difference": ours - c["paper"],
                          "direction_reproduced": bool(ours <= c["paper"]), "magnitude_reproduced": bool(ours <= c["paper"])})
     mo = runs["motivation"]
     if not mo.empty and {"motivation_alternating", "motivation_grouped"} <= set(mo["workload"]):
@@ -85,7 +81,7 @@ def _special_claims(runs: dict[str, pd.DataFrame], claims: dict[str, Any]) -> li
         g = mo[mo["workload"] == "motivation_grouped"].set_index("seed")["mean_batch_size"]
         seeds = a.index.intersection(g.index)
         ratio = (a[seeds] / g[seeds]).to_numpy(dtype=float)
-        ours, ci = float(ratio.mean()), T.ci95(ratio)
+        ours, ci = float(ratio.mean()), tables.ci95(ratio)
         rows.append({"claim": "motivation_batch", "workload": "two_agents", "metric": "batch ratio alternating/grouped",
                      "unit": c.get("unit", "ratio"), "baseline_set": "", "vs": "grouped", "paper": c["paper"], "ours": ours, "ci95": ci, "seeds": len(seeds),
                      "difference": ours - c["paper"], "direction_reproduced": bool(len(seeds) >= 2 and ours + ci < 1),
@@ -93,7 +89,7 @@ def _special_claims(runs: dict[str, pd.DataFrame], claims: dict[str, Any]) -> li
     return rows
 
 
-def log_to_wandb(figs: dict[str, Path], tables: dict[str, pd.DataFrame], mode: str, out: Path, group: str) -> None:
+def log_to_wandb(figs: dict[str, Path], report_tables: dict[str, pd.DataFrame], mode: str, out: Path, group: str) -> None:
     """One W&B run (job_type report) with every figure and table (offline unless mode=online)."""
     import time
 
@@ -103,7 +99,7 @@ def log_to_wandb(figs: dict[str, Path], tables: dict[str, pd.DataFrame], mode: s
     with wandb.init(project="topas-harness", mode=mode, dir=str(out), name=name, group=group, job_type="report",
                     tags=["report"]) as run:
         run.log({f"figures/{k}": wandb.Image(str(p)) for k, p in figs.items()})
-        run.log({f"tables/{k}": wandb.Table(dataframe=v.astype(str)) for k, v in tables.items() if not v.empty})
+        run.log({f"tables/{k}": wandb.Table(dataframe=v.astype(str)) for k, v in report_tables.items() if not v.empty})
 
 
 def load_all(names: dict[str, str] | None = None, root: Path | None = None) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
@@ -119,11 +115,11 @@ def load_all(names: dict[str, str] | None = None, root: Path | None = None) -> t
 
 
 def claim_verdicts(runs: dict[str, pd.DataFrame], claims: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Every claim the runs can answer, with its verdict (numeric; D.claims_display formats it)."""
-    claims = claims or T.load_claims()
-    rows = [T.reduction_rows(runs[e], claims, experiment=e) for e in ("main", "overhead") if not runs[e].empty]
+    """Every claim the runs can answer, with its verdict (numeric; display.claims_display formats it)."""
+    claims = claims or tables.load_claims()
+    rows = [tables.reduction_rows(runs[e], claims, experiment=e) for e in ("main", "overhead") if not runs[e].empty]
     if not runs["ablation"].empty:
-        rows.append(T.ablation_rows(runs["ablation"], claims))
+        rows.append(tables.ablation_rows(runs["ablation"], claims))
     rows.append(pd.DataFrame(_special_claims(runs, claims)))
     rows = [r for r in rows if not r.empty]
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
@@ -131,22 +127,22 @@ def claim_verdicts(runs: dict[str, pd.DataFrame], claims: dict[str, Any] | None 
 
 def make_figures(runs: dict[str, pd.DataFrame], verdicts: pd.DataFrame, claims: dict[str, Any] | None = None) -> dict:
     """name (path under the results folder, without .png) -> Figure, for every figure the runs allow."""
-    claims = claims or T.load_claims()
+    claims = claims or tables.load_claims()
     main = runs["main"]
     timed = verdicts["claim"].isin(WALLCLOCK_CLAIMS) if not verdicts.empty else []
     figs = {
-        "main_jct": F.main_jct(main, claims), "jct_cdf": F.jct_cdf(main, claims) if not main.empty else None,
-        "jct_vs_load": F.jct_vs_load(runs["load_sweep"]), "kv_budget": F.kv_budget(runs["kv_budget"]),
-        "ablation": F.ablation(runs["ablation"], claims), "wallclock/overhead": F.overhead(runs["overhead"], claims),
-        "motivation": F.motivation(runs["motivation"], claims), "regime": R.heatmap(runs["regime"]),
+        "main_jct": figures.main_jct(main, claims), "jct_cdf": figures.jct_cdf(main, claims) if not main.empty else None,
+        "jct_vs_load": figures.jct_vs_load(runs["load_sweep"]), "kv_budget": figures.kv_budget(runs["kv_budget"]),
+        "ablation": figures.ablation(runs["ablation"], claims), "wallclock/overhead": figures.overhead(runs["overhead"], claims),
+        "motivation": figures.motivation(runs["motivation"], claims), "regime": regime.heatmap(runs["regime"]),
         # wall-clock claims change on every run: kept out of the committed summary
         "paper_vs_ours": paper_vs_ours(verdicts[~timed] if len(verdicts) else verdicts, main),
     }
     if not main.empty:
         for w in ("metagpt_tl", "dag4"):
-            best = T.best_baseline(main, w, "jct_mean", claims["paper_baselines"])
+            best = tables.best_baseline(main, w, "jct_mean", claims["paper_baselines"])
             if best:
-                figs[f"timeline_{w}"] = F.timeline(main, w, best)
+                figs[f"timeline_{w}"] = figures.timeline(main, w, best)
     return {k: f for k, f in figs.items() if f is not None}
 
 
@@ -167,46 +163,46 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs, failed = load_all(names, runs_root)
-    claims = T.load_claims()
-    tables: dict[str, pd.DataFrame] = {}
+    claims = tables.load_claims()
+    report_tables: dict[str, pd.DataFrame] = {}
     if not runs["main"].empty:
-        tables["main_jct"] = _main_tables(runs["main"], failed[failed["experiment"] == names["main"]], out)
+        report_tables["main_jct"] = _main_tables(runs["main"], failed[failed["experiment"] == names["main"]], out)
         _regeneration_sample(runs["main"], out)
-        best = {T.best_baseline(runs["main"], w, "jct_mean", claims["paper_baselines"]) for w in set(runs["main"]["workload"])}
-        tables["breakdown"] = D.breakdown_display(T.time_breakdown(runs["main"], sorted(best | {"topas", "fcfs"})))
-        D.write_table(out, "breakdown", tables["breakdown"], "Where the time goes: TOPAS vs the best baselines",
-                      "Mean over seeds. queueing / service per call: ready -> first admission and first admission -> finish.")
-    regime = R.write(runs["regime"], out)
-    if not regime.empty:
-        tables["regime"] = regime
+        best = {tables.best_baseline(runs["main"], w, "jct_mean", claims["paper_baselines"]) for w in set(runs["main"]["workload"])}
+        report_tables["breakdown"] = display.breakdown_display(tables.time_breakdown(runs["main"], sorted(best | {"topas", "fcfs"})))
+        display.write_table(out, "breakdown", report_tables["breakdown"], "Where the time goes: TOPAS vs the best baselines",
+                            "Mean over seeds. queueing / service per call: ready -> first admission and first admission -> finish.")
+    regime_table = regime.write(runs["regime"], out)
+    if not regime_table.empty:
+        report_tables["regime"] = regime_table
     verdicts = claim_verdicts(runs, claims)
     if not verdicts.empty:
         # decision times are wall clock: they differ on every run, so they go to wallclock/ (not committed)
         timed = verdicts["claim"].isin(WALLCLOCK_CLAIMS)
-        tables["claims"] = D.claims_display(verdicts[~timed])
-        D.write_table(out, "claims", tables["claims"], "The paper's claims: paper vs ours", CLAIMS_NOTE)
-        if not regime.empty:  # the verdict by regime: where TOPAS wins, ties and loses
-            summary = R.verdict_summary(R.cells(runs["regime"]))
+        report_tables["claims"] = display.claims_display(verdicts[~timed])
+        display.write_table(out, "claims", report_tables["claims"], "The paper's claims: paper vs ours", CLAIMS_NOTE)
+        if not regime_table.empty:  # the verdict by regime: where TOPAS wins, ties and loses
+            summary = regime.verdict_summary(regime.cells(runs["regime"]))
             with open(out / "claims.md", "a") as f:
                 f.write("\n## Where TOPAS wins, ties and loses (regime map, mean JCT)\n\n"
                         "Cells of the regime map (regime.md, regime.png) per workload; win / loss: the 95% CI of the "
-                        "paired change vs the cell's best baseline excludes 0.\n\n" + D.to_markdown(summary) + "\n")
+                        "paired change vs the cell's best baseline excludes 0.\n\n" + display.to_markdown(summary) + "\n")
         if timed.any():
-            D.write_table(out / "wallclock", "claims_wallclock", D.claims_display(verdicts[timed]),
-                          "The paper's overhead claims (wall clock, this machine)",
-                          "Decision time of TOPAS in wall-clock milliseconds: machine-dependent, so not committed.")
+            display.write_table(out / "wallclock", "claims_wallclock", display.claims_display(verdicts[timed]),
+                                "The paper's overhead claims (wall clock, this machine)",
+                                "Decision time of TOPAS in wall-clock milliseconds: machine-dependent, so not committed.")
     fidelity = out / "fidelity" / "fidelity.json"
     if fidelity.exists():  # written by `make fidelity`; its LaTeX version is made here
-        tables["fidelity"] = D.fidelity_display(json.loads(fidelity.read_text()))
-        (out / "fidelity" / "fidelity.tex").write_text(D.to_latex(
-            tables["fidelity"], "Simulator fidelity: the simulator vs the real SGLang server on identical traces "
+        report_tables["fidelity"] = display.fidelity_display(json.loads(fidelity.read_text()))
+        (out / "fidelity" / "fidelity.tex").write_text(display.to_latex(
+            report_tables["fidelity"], "Simulator fidelity: the simulator vs the real SGLang server on identical traces "
             "(errors (sim - real) / real; noise: the real server's run-to-run spread).", "fidelity"))
-    figs = {k: F.save(f, out / f"{k}.png") for k, f in make_figures(runs, verdicts, claims).items()}
+    figs = {k: figures.save(f, out / f"{k}.png") for k, f in make_figures(runs, verdicts, claims).items()}
     if not failed.empty:
-        D.write_table(out, "failed_runs", failed[["experiment", "job", "status", "error"]],
-                      "Runs that failed or are missing (left out of every table and figure)",
-                      "status: failed (the error's last line, from the run folder's error.txt), missing (never reported: "
-                      "killed or aborted sweep), damaged (a file does not match its digest).")
+        display.write_table(out, "failed_runs", failed[["experiment", "job", "status", "error"]],
+                            "Runs that failed or are missing (left out of every table and figure)",
+                            "status: failed (the error's last line, from the run folder's error.txt), missing (never reported: "
+                            "killed or aborted sweep), damaged (a file does not match its digest).")
     else:
         for ext in ("md", "tex"):
             (out / f"failed_runs.{ext}").unlink(missing_ok=True)
@@ -215,7 +211,7 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
         print(f"{len(failed)} run(s) failed or are missing and are left out: {out / 'failed_runs.md'}")
     print("figures: " + ", ".join(f"{k}.png" for k in figs))
     if wandb_mode:
-        log_to_wandb(figs, tables, wandb_mode, out, group=names["main"].replace("main", "report", 1))
+        log_to_wandb(figs, report_tables, wandb_mode, out, group=names["main"].replace("main", "report", 1))
     return verdicts, failed
 
 
@@ -223,8 +219,8 @@ def print_summary(v: pd.DataFrame) -> None:
     if v.empty:
         print("no claims evaluated (no runs found)")
         return
-    print(D.claims_display(v)[["claim", "baselines", "vs", "paper", "ours", "95% CI", "direction reproduced",
-                               "magnitude reproduced"]].to_string(index=False))
+    print(display.claims_display(v)[["claim", "baselines", "vs", "paper", "ours", "95% CI", "direction reproduced",
+                                     "magnitude reproduced"]].to_string(index=False))
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from topas.engines.latency.base import LatencyModel, decode_batch_time, top_context_means
 from topas.engines.latency.costs import LatencyCostModel
 from topas.engines.latency.factory import build_latency_model
-from topas.engines.latency.profile import ProfileLatency
+from topas.engines.latency.measured import ProfileLatency
 from topas.engines.latency.specs import load_gpu_spec, load_model_spec
 from topas.engines.sim.engine import SimEngine
 from topas.policy import create_policy

@@ -10,10 +10,10 @@ import math
 import pandas as pd
 import pytest
 
-from topas.engines.latency.profile import FORMAT, ProfileLatency
+from topas.engines.latency.measured import FORMAT, ProfileLatency
 from topas.fidelity.calibrate import scaled_profile, speed_factors
 from topas.fidelity.metrics import METRICS, compare, rel_err, spread
-from topas.results import TIMELINE_COLUMNS
+from topas.results import TIMELINE
 
 PROFILE = {
     "format": FORMAT,
@@ -42,7 +42,7 @@ def test_compare_pairs_each_scaled_run_with_its_real_run():
 
 def _fake_run(folder, rows):
     folder.mkdir(parents=True)
-    tl = pd.DataFrame([{c: 0.0 for c in TIMELINE_COLUMNS} for _ in rows])
+    tl = pd.DataFrame([{c: 0.0 for c in TIMELINE.names} for _ in rows])
     tl["kind"] = [r["kind"] for r in rows]
     tl.to_parquet(folder / "timeline.parquet")
     warmup = {"kind": "prefill", "duration": 9.0, "batch_size": 1, "extend_tokens": 5, "tokens": 5}
@@ -70,7 +70,7 @@ def test_a_scaled_profile_predicts_scaled_times_and_keeps_the_client_path():
 
 
 def test_batch_sharing_estimate_of_the_profiler():
-    from topas.engines.sglang.tools.profile import batch_shared_seconds
+    from topas.engines.sglang.tools.profiler import batch_shared_seconds
 
     lat = ProfileLatency({**PROFILE, "prefill_batch_shared_s": 0.0})
     alone = lat.prefill([(100, 0)])

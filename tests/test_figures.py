@@ -14,10 +14,7 @@ import pytest
 import yaml
 from helpers.small_runs import shared_small_runs
 
-from analysis import display as D
-from analysis import figures as F
-from analysis import style
-from analysis import tables as T
+from analysis import display, figures, style, tables
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,9 +40,9 @@ def _synthetic(n_seeds=3) -> pd.DataFrame:
 
 def test_figures_draw_the_tables_t_ci_in_the_scheduler_colours():
     df = _synthetic()
-    fig = F.kv_budget(df)
+    fig = figures.kv_budget(df)
     ax = fig.axes[0]
-    want = T.mean_ci(df, ["scheduler", "kv_pool_tokens"], "jct_mean")
+    want = tables.mean_ci(df, ["scheduler", "kv_pool_tokens"], "jct_mean")
     for bars in ax.containers:
         sched = next(s for s in ("fcfs", "topas") if style.label(s) == bars.get_label())
         assert np.allclose(matplotlib.colors.to_rgb(bars.lines[0].get_color()), style.color(sched))
@@ -59,23 +56,23 @@ def test_one_row_when_paper_and_full_set_agree_and_readable_claims():
               "claims": [{"id": "dag4_mean", "kind": "reduction", "workload": "dag4", "metric": "jct_mean", "paper": -0.398}]}
     df = pd.DataFrame([{"workload": "dag4", "scheduler": s, "seed": k, "jct_mean": v + k}
                        for s, v in (("fcfs", 100.0), ("spf", 120.0), ("topas", 94.0)) for k in range(3)])
-    rows = T.reduction_rows(df, claims)
+    rows = tables.reduction_rows(df, claims)
     assert len(rows) == 1 and rows.iloc[0]["baseline_set"] == "paper = full set"
-    shown = D.claims_display(rows)
+    shown = display.claims_display(rows)
     assert shown.iloc[0]["paper"] == "-39.8%" and shown.iloc[0]["ours"].endswith("%")
     assert set(shown["direction reproduced"]) <= {"yes", "no"}
-    tex = D.to_latex(shown, "Claims.", "claims")
+    tex = display.to_latex(shown, "Claims.", "claims")
     assert "\\begin{table}" in tex and "\\caption{Claims.}" in tex and "\\label{tab:claims}" in tex
     assert "True" not in tex and "False" not in tex and "\\%" in tex
-    assert D.fmt_value(0.0031, "share") == "0.31%" and D.fmt_value(-0.0571) == "-5.7%"
+    assert display.fmt_value(0.0031, "share") == "0.31%" and display.fmt_value(-0.0571) == "-5.7%"
 
 
 def test_fidelity_table_has_a_latex_version():
     path = ROOT / "analysis/results/fidelity/fidelity.json"
     if not path.exists():
         pytest.skip("no fidelity results")
-    tab = D.fidelity_display(json.loads(path.read_text()))
-    assert len(tab) and "\\begin{table}" in D.to_latex(tab, "Fidelity.", "fidelity")
+    tab = display.fidelity_display(json.loads(path.read_text()))
+    assert len(tab) and "\\begin{table}" in display.to_latex(tab, "Fidelity.", "fidelity")
 
 
 def test_report_end_to_end_on_a_small_run_set(tmp_path_factory, tmp_path):

@@ -1,4 +1,4 @@
-"""The measured-profile latency predictor (topas/engines/latency/profile.py): interpolation,
+"""The measured-profile latency predictor (topas/engines/latency/measured.py): interpolation,
 monotonicity, filling unmeasured cells, batched prefill, file validation with one-line
 errors, and `backend=sim backend.latency=profile` through the runner."""
 
@@ -13,7 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from topas.engines.latency.factory import available_latency_models, build_latency_model
-from topas.engines.latency.profile import FORMAT, ProfileError, ProfileLatency, monotone_grid
+from topas.engines.latency.measured import FORMAT, ProfileError, ProfileLatency, monotone_grid
 from topas.engines.latency.specs import load_gpu_spec, load_model_spec, repo_conf_dir
 
 

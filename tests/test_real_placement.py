@@ -142,13 +142,13 @@ def test_reproduce_passes_overrides_and_names_make_capacity():
 
 
 def test_capacity_per_model_gpu_pair(tmp_path, monkeypatch):
-    import topas.workloads.capacity as C
+    from topas.workloads import capacity
 
-    monkeypatch.setattr(C, "PAIR_DIR", tmp_path)
-    assert C.capacity_of("dag4", "qwen2_5_32b", "h200") is None  # not measured: the run's error names make capacity
-    C.capacity_file("qwen2_5_32b", "h200").write_text("dag4: {model: qwen2_5_32b, gpu: h200, tasks_per_s: 0.5}\n")
-    assert C.capacity_of("dag4", "qwen2_5_32b", "h200") == 0.5
-    assert C.capacity_of("dag4", "qwen2_5_32b", "a100_80gb") == C.capacity_of("dag4")  # the committed file, unchanged
+    monkeypatch.setattr(capacity, "PAIR_DIR", tmp_path)
+    assert capacity.capacity_of("dag4", "qwen2_5_32b", "h200") is None  # not measured: the run's error names make capacity
+    capacity.capacity_file("qwen2_5_32b", "h200").write_text("dag4: {model: qwen2_5_32b, gpu: h200, tasks_per_s: 0.5}\n")
+    assert capacity.capacity_of("dag4", "qwen2_5_32b", "h200") == 0.5
+    assert capacity.capacity_of("dag4", "qwen2_5_32b", "a100_80gb") == capacity.capacity_of("dag4")  # the committed file, unchanged
 
 
 def test_the_cpu_install_keeps_a_gpu_sglang_install(tmp_path):

@@ -10,8 +10,7 @@ import numpy as np
 import pandas as pd
 from helpers.small_runs import BASE, ROOT
 
-from analysis import regime as R
-from analysis import tables as T
+from analysis import regime, tables
 
 WORKLOADS = ["chain3", "dag4", "dag10_wide", "metagpt_sop", "metagpt_tl"]
 LOADS = ["0.5", "0.7", "0.9", "1.1", "1.3"]
@@ -67,7 +66,7 @@ def _synthetic() -> pd.DataFrame:
 
 def test_cells_pick_the_best_baseline_and_pair_by_seed_as_claims_do():
     df = _synthetic()
-    c = R.cells(df).set_index(["workload", "host", "point"])
+    c = regime.cells(df).set_index(["workload", "host", "point"])
     assert len(c) == 6 and list(c.index.get_level_values("workload")[:4]) == ["dag4"] * 4  # WORKLOAD_ORDER
     assert c.loc[("dag4", "on", "0.5"), "jct_mean_best"] == "parrot_fcfs"
     assert c.loc[("dag4", "off", "0.5"), "jct_mean_best"] == "phase_batch"
@@ -75,17 +74,17 @@ def test_cells_pick_the_best_baseline_and_pair_by_seed_as_claims_do():
     assert c.loc[("dag4", "on", "1.3"), "jct_mean_verdict"] == "loss"
     # the same function as claims.md, on the cell's runs
     cell = df[(df["load"] == 1.3) & (df["host_cache_ratio"] == 2.0)]
-    want = T.paired_change(cell, "dag4", "jct_mean", "topas", "parrot_fcfs")
+    want = tables.paired_change(cell, "dag4", "jct_mean", "topas", "parrot_fcfs")
     got = c.loc[("dag4", "on", "1.3")]
     assert np.isclose(got["jct_mean_change"], want[0]) and np.isclose(got["jct_mean_ci"], want[1])
     assert got["jct_mean_seeds"] == 4 and not np.isnan(got["jct_p99_change"])
-    tab = R.display(R.cells(df))
+    tab = regime.readable_table(regime.cells(df))
     assert "paper: 0.15 task/s" in set(tab["load"]) and "phase batching" in set(tab["best for mean JCT"])
 
 
 def test_heatmap_marks_wins_losses_and_phase_batching(tmp_path):
     df = _synthetic()
-    fig = R.heatmap(df)
+    fig = regime.heatmap(df)
     ax = fig.axes[0]
     texts = [t.get_text() for t in ax.texts]
     assert any(t.endswith("▼") for t in texts) and any(t.endswith("▲") for t in texts)
@@ -94,9 +93,9 @@ def test_heatmap_marks_wins_losses_and_phase_batching(tmp_path):
     assert len(ax.get_yticklabels()) == 4  # (dag4, SOP) x host on/off
     caption = fig.texts[-1].get_text()
     assert "no steady state" in caption and "60 tasks" in caption and "A100-80GB" in caption
-    assert R.write(df, tmp_path).shape[0] == 6
+    assert regime.write(df, tmp_path).shape[0] == 6
     assert (tmp_path / "regime.md").exists() and "\\begin{table}" in (tmp_path / "regime.tex").read_text()
-    assert R.heatmap(df[df["scheduler"] != "topas"]) is None and R.write(df.iloc[:0], tmp_path).empty
+    assert regime.heatmap(df[df["scheduler"] != "topas"]) is None and regime.write(df.iloc[:0], tmp_path).empty
 
 
 def test_regime_table_and_heatmap_from_tiny_simulator_runs(tmp_path):
@@ -119,13 +118,13 @@ def test_regime_table_and_heatmap_from_tiny_simulator_runs(tmp_path):
                         run(cfg, out_dir=runs / cfg.run_subdir, quiet=True)
     df, failed = load_experiment("regime", tmp_path)
     assert len(df) == 16 and failed.empty
-    tab = R.write(df, tmp_path / "out")
+    tab = regime.write(df, tmp_path / "out")
     assert len(tab) == 4 and set(tab["host tier"]) == {"on", "off"}
-    assert save(R.heatmap(df), tmp_path / "out" / "regime.png").stat().st_size > 0
+    assert save(regime.heatmap(df), tmp_path / "out" / "regime.png").stat().st_size > 0
 
 
 def test_verdict_summary_counts_and_names_the_cells_won_and_lost():
-    s = R.verdict_summary(R.cells(_synthetic())).set_index("workload")
+    s = regime.verdict_summary(regime.cells(_synthetic())).set_index("workload")
     dag4 = s.loc["DAG-4"]
     # host off: phase batching (-5) is the best, so the unchanged TOPAS loses at 0.5 and wins at 1.3 (-20%)
     assert (dag4["cells"], dag4["wins"], dag4["ties"], dag4["losses"]) == (4, 2, 0, 2)

@@ -11,7 +11,7 @@ import pytest
 from conftest import chain_workflow, engine_config, make_trace, run_sim
 from hydra import compose, initialize_config_dir
 
-from topas.engines.latency.profile import FORMAT
+from topas.engines.latency.measured import FORMAT
 from topas.engines.latency.specs import repo_conf_dir
 from topas.engines.sim.config import ClientPath
 from topas.runner import run

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topas.policy import builtin_policy_names, create_policy
-from topas.scheduler import score as S
+from topas.scheduler import score
 from topas.scheduler.progress import PathModel, TaskState, admission_chain, lse
 from topas.scheduler.search import AgentOption, Problem, RunningOption, feasible, greedy_pack, search
 from topas.workflow import Agent, TemplateStage, WorkflowTemplate
@@ -17,13 +17,13 @@ from topas.workflow import Agent, TemplateStage, WorkflowTemplate
 
 # ---------------------------------------------------------------- score terms (pure functions)
 def test_score_terms():
-    assert S.aging(10.0, 10.0, 1.0, 60.0) == 1.0
-    assert S.aging(70.0, 10.0, 2.0, 60.0) == pytest.approx(1 + 2 * math.log(2))
-    assert S.j_admit([(2.0, 1.5), (1.0, 1.0)]) == 4.0
-    assert S.j_move([(0.1, 3), (0.2, 0)]) == pytest.approx(0.5)  # per affected task, at least once
-    assert S.j_redo([100, 50], 0.02) == pytest.approx(3.0)
-    assert S.j_revoke([1.0, 2.5]) == 3.5
-    assert S.v_reuse([(2, 0.1), (0, 5.0)], beta=0.5) == pytest.approx(0.1)
+    assert score.aging(10.0, 10.0, 1.0, 60.0) == 1.0
+    assert score.aging(70.0, 10.0, 2.0, 60.0) == pytest.approx(1 + 2 * math.log(2))
+    assert score.j_admit([(2.0, 1.5), (1.0, 1.0)]) == 4.0
+    assert score.j_move([(0.1, 3), (0.2, 0)]) == pytest.approx(0.5)  # per affected task, at least once
+    assert score.j_redo([100, 50], 0.02) == pytest.approx(3.0)
+    assert score.j_revoke([1.0, 2.5]) == 3.5
+    assert score.v_reuse([(2, 0.1), (0, 5.0)], beta=0.5) == pytest.approx(0.1)
 
 
 # ---------------------------------------------------------------- path model

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from topas.scheduler import score as S
+from topas.scheduler import score
 from topas.scheduler.batch import BatchPricing, ReadyRates
 from topas.scheduler.search import AgentOption, Problem, Weights, search
 
@@ -53,8 +53,8 @@ def test_without_j_batch_the_new_agent_is_opened_whatever_the_demand():
 
 @pytest.mark.parametrize("free, expected", [(10_000, 0.0), (3_000, 70.0), (0, 100.0), (-5_000, 100.0)])
 def test_j_batch_prices_the_calls_the_free_kv_cannot_hold(free, expected):
-    assert S.j_batch([10.0] * 10, 1_000, free) == pytest.approx(expected)
-    assert S.j_batch([], 1_000, free) == 0.0
+    assert score.j_batch([10.0] * 10, 1_000, free) == pytest.approx(expected)
+    assert score.j_batch([], 1_000, free) == 0.0
 
 
 def test_ready_rates_count_a_window_of_ready_events():

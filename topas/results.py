@@ -1,20 +1,13 @@
 """Run outputs: per-task / per-request / timeline tables, the summary, atomic writes.
 
-Every engine (simulator, real SGLang) produces a `RunRecord` with the tables below,
-so `analysis/` treats both alike. Units: seconds, tokens, bytes.
+Every engine (simulator, real SGLang) produces a `RunRecord` whose tables are built by
+`task_table`, `request_table` and `timeline_table` from rows keyed by the columns declared
+once below (`TASKS`, `REQUESTS`, `TIMELINE`: name, dtype, meaning), so both engines' tables
+have exactly the same columns and `analysis/` treats them alike. Units: seconds, tokens, bytes.
 
-tasks.parquet
-    task_id, template, arrival, finish, jct (= finish of the last call - arrival),
-    num_calls, warmup (True for the first `warmup_fraction` of tasks by arrival)
-requests.parquet
-    rid, task_id, node, agent, stage, ready (entered the queue), first_admit, admit (last),
-    first_token, finish, prompt_tokens, prefix_tokens, output_tokens,
-    prefix_hit_tokens (device-cached prompt tokens at first admission),
-    host_hit_tokens (loaded back from the host tier), computed_tokens (prefill tokens
-    computed, recompute included), preemptions (retractions + policy preemptions), service_s
-timeline.parquet (one row per engine iteration or decode stretch)
-    start, duration, kind (prefill|decode), steps, batch_size, tokens, kv_used_tokens,
-    tree_tokens, evictable_tokens, host_tokens, resident_prefixes, waiting, running
+tasks.parquet, requests.parquet, timeline.parquet
+    the columns of `TASKS`, `REQUESTS`, `TIMELINE` (one row per task, per call, per engine
+    iteration or decode stretch), in that order
 summary.json (written last: the completion marker)
     see `summarize`; also the run's fingerprint (code + config) and `files`, the digest of
     every other output, checked by `is_complete`.
@@ -26,6 +19,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,21 +27,107 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-TIMELINE_COLUMNS = [
-    "start",
-    "duration",
-    "kind",
-    "steps",
-    "batch_size",
-    "tokens",
-    "kv_used_tokens",
-    "tree_tokens",
-    "evictable_tokens",
-    "host_tokens",
-    "resident_prefixes",
-    "waiting",
-    "running",
-]
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a run table."""
+
+    name: str
+    dtype: str  # its pandas dtype: "int64", "float64", "str" or "bool"
+    meaning: str
+    nullable: bool = False  # NaN where an engine does not observe it (an int64 column is then float64 there)
+    from_engine: bool = True  # False: set here from the engine's columns (`warmup`)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A run table: its file and its columns, in order."""
+
+    file: str
+    columns: tuple[Column, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def frame(self, rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+        """The table from an engine's rows, each keyed by exactly the columns an engine gives
+        (ValueError naming the missing or unknown keys otherwise)."""
+        given = [c.name for c in self.columns if c.from_engine]
+        rows = list(rows)
+        for row in rows:
+            if row.keys() != set(given):
+                missing, unknown = sorted(set(given) - row.keys()), sorted(row.keys() - set(given))
+                raise ValueError(f"{self.file}: a row's columns differ from the declared ones "
+                                 f"(missing {missing}, unknown {unknown})")
+        return pd.DataFrame(rows, columns=given)
+
+    def mismatches(self, df: pd.DataFrame, nan_for_unobserved: bool = True) -> list[str]:
+        """How `df` departs from the declared columns (names, order, dtypes); empty if it does not.
+        `nan_for_unobserved`: a nullable int64 column may be float64 (an engine that writes NaN)."""
+        if list(df.columns) != self.names:
+            return [f"{self.file}: columns {list(df.columns)}, declared {self.names}"]
+        out = []
+        for c in self.columns:
+            got = df[c.name].dtype
+            ok = pd.api.types.is_string_dtype(got) if c.dtype == "str" else str(got) == c.dtype
+            if not ok and not (nan_for_unobserved and c.nullable and c.dtype == "int64" and str(got) == "float64"):
+                out.append(f"{self.file}: column {c.name} is {got}, declared {c.dtype}")
+        return out
+
+
+TASKS = Table("tasks.parquet", (
+    Column("task_id", "int64", "the task's id in the trace"),
+    Column("template", "str", "its workflow template"),
+    Column("arrival", "float64", "arrival time (s)"),
+    Column("finish", "float64", "finish of its last call (s)"),
+    Column("jct", "float64", "job completion time: finish - arrival (s)"),
+    Column("num_calls", "int64", "calls (LLM requests) in its workflow"),
+    Column("warmup", "bool", "among the first `warmup_fraction` of tasks by arrival: left out of the JCT "
+           "figures (set by `task_table`)", from_engine=False),
+))
+REQUESTS = Table("requests.parquet", (
+    Column("rid", "str", "the request's id"),
+    Column("task_id", "int64", "its task"),
+    Column("node", "str", "its call node in the task's workflow"),
+    Column("agent", "str", "the agent whose prefix its prompt starts with"),
+    Column("stage", "str", "its stage in the workflow template"),
+    Column("ready", "float64", "entered the engine's queue (its dependencies done) (s)"),
+    Column("first_admit", "float64", "first admission to a batch (s)", nullable=True),
+    Column("admit", "float64", "last admission (s): later than first_admit after a preemption", nullable=True),
+    Column("first_token", "float64", "first output token (s); real engine: end of the prefill iteration that "
+           "produced it (iteration log), or the first streamed token", nullable=True),
+    Column("finish", "float64", "last output token (s); real engine: the answer received"),
+    Column("prompt_tokens", "int64", "prompt length"),
+    Column("prefix_tokens", "int64", "its agent's shared prefix"),
+    Column("output_tokens", "int64", "tokens generated"),
+    Column("prefix_hit_tokens", "int64", "prompt tokens cached on the device at first admission; real engine: "
+           "SGLang's device `cached_tokens`, accumulated over re-admissions after a retraction"),
+    Column("host_hit_tokens", "int64", "prompt tokens loaded back from the host tier (HiCache)"),
+    Column("computed_tokens", "int64", "prefill tokens computed, recompute included; real engine: prompt - "
+           "cached, recompute after a retraction not observable"),
+    Column("preemptions", "int64", "retractions + policy preemptions; real engine: SGLang's `num_retractions` "
+           "(the plugin's preemptions requeue through the same path)"),
+    Column("service_s", "float64", "time in service (s): simulator: the iterations it took part in; real engine: "
+           "first admission -> answer (time requeued after a preemption included)", nullable=True),
+))
+TIMELINE = Table("timeline.parquet", (
+    Column("start", "float64", "start of the iteration or decode stretch (s)"),
+    Column("duration", "float64", "its duration, every step of a stretch (s)"),
+    Column("kind", "str", "prefill | decode"),
+    Column("steps", "int64", "decode iterations in the stretch (1 for a prefill)"),
+    Column("batch_size", "int64", "requests in the batch"),
+    Column("tokens", "int64", "prefill: the batch's cached + computed context after it; decode: mean context "
+           "per request at the stretch start", nullable=True),
+    Column("kv_used_tokens", "int64", "KV pool tokens in use after it", nullable=True),
+    Column("tree_tokens", "int64", "tokens of the radix tree on the device", nullable=True),
+    Column("evictable_tokens", "int64", "tree tokens no running request holds", nullable=True),
+    Column("host_tokens", "int64", "tokens in the host tier (NaN without one, real engine)", nullable=True),
+    Column("resident_prefixes", "int64", "agent prefixes fully on the device (real engine: at the latest "
+           "decision, NaN before the first)", nullable=True),
+    Column("waiting", "int64", "requests waiting after it", nullable=True),
+    Column("running", "int64", "requests running after it", nullable=True),
+))
 OUTPUT_FILES = ("config.yaml", "tasks.parquet", "requests.parquet", "timeline.parquet", "summary.json")
 
 
@@ -65,6 +145,21 @@ def mark_warmup(tasks: pd.DataFrame, warmup_fraction: float) -> pd.DataFrame:
     n_warm = int(len(tasks) * warmup_fraction)
     tasks["warmup"] = np.arange(len(tasks)) < n_warm
     return tasks
+
+
+def task_table(rows: Iterable[Mapping[str, Any]], warmup_fraction: float) -> pd.DataFrame:
+    """tasks.parquet: `TASKS` from an engine's rows (every column but `warmup`, set here)."""
+    return mark_warmup(TASKS.frame(rows), warmup_fraction)
+
+
+def request_table(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """requests.parquet: `REQUESTS` from an engine's rows, by task, then ready time."""
+    return REQUESTS.frame(rows).sort_values(["task_id", "ready", "rid"], kind="stable").reset_index(drop=True)
+
+
+def timeline_table(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """timeline.parquet: `TIMELINE` from an engine's rows, in their order."""
+    return TIMELINE.frame(rows)
 
 
 def percentile(x: np.ndarray, q: float) -> float:

@@ -25,12 +25,10 @@ SAVE_DIR = None  # also save each figure as PNG here; None: only show it
 SETUP = """%matplotlib inline
 from pathlib import Path
 
-from IPython.display import Image, Markdown, display
+import IPython.display
+from IPython.display import Image, Markdown
 
-from analysis import display as D
-from analysis import figures as F
-from analysis import style
-from analysis import tables as T
+from analysis import display, figures, style, tables
 from analysis.figures_claims import paper_vs_ours
 from analysis.load import ROOT
 from analysis.report import claim_verdicts, load_all
@@ -38,7 +36,7 @@ from analysis.report import claim_verdicts, load_all
 RUNS = Path(RUNS_ROOT) if RUNS_ROOT else ROOT / "runs"
 runs, failed = load_all({e: e + SUFFIX for e in ("main", "load_sweep", "kv_budget", "ablation", "overhead", "motivation")}, RUNS)
 if len(failed):
-    display(Markdown(f"**{len(failed)} run(s) failed or are missing** (left out): see failed_runs.md"))
+    IPython.display.display(Markdown(f"**{len(failed)} run(s) failed or are missing** (left out): see failed_runs.md"))
 
 
 def show(fig, name):
@@ -48,39 +46,39 @@ def show(fig, name):
         print(f"no runs under {RUNS} for this figure" + (": the committed one" if png.exists() else ""))
         return Image(str(png)) if png.exists() else None
     if SAVE_DIR:
-        F.save(fig, Path(SAVE_DIR) / f"{name}.png")
+        figures.save(fig, Path(SAVE_DIR) / f"{name}.png")
     return fig
 """
 NOTEBOOKS = {
     "main_comparison": ("Main comparison: JCT per workload and scheduler, and the paper's claims", [
         """df = runs["main"]
 print(f"{len(df)} runs of main{SUFFIX}: {style.caption(df)}")
-D.main_display(T.jct_table(df)) if len(df) else None""",
+display.main_display(tables.jct_table(df)) if len(df) else None""",
         """verdicts = claim_verdicts(runs)
-D.claims_display(verdicts) if len(verdicts) else None""",
+display.claims_display(verdicts) if len(verdicts) else None""",
         'show(paper_vs_ours(verdicts[~verdicts["claim"].isin(["overhead_ms", "overhead_fraction"])] '
         'if len(verdicts) else verdicts, df), "paper_vs_ours")',
-        'show(F.main_jct(df) if len(df) else None, "main_jct")',
-        'show(F.jct_cdf(df) if len(df) else None, "jct_cdf")',
-        """best = T.best_baseline(df, "metagpt_tl", "jct_mean", T.load_claims()["paper_baselines"]) if len(df) else None
-show(F.timeline(df, "metagpt_tl", best) if best else None, "timeline_metagpt_tl")""",
+        'show(figures.main_jct(df) if len(df) else None, "main_jct")',
+        'show(figures.jct_cdf(df) if len(df) else None, "jct_cdf")',
+        """best = tables.best_baseline(df, "metagpt_tl", "jct_mean", tables.load_claims()["paper_baselines"]) if len(df) else None
+show(figures.timeline(df, "metagpt_tl", best) if best else None, "timeline_metagpt_tl")""",
     ]),
-    "load_sweep": ("Mean JCT vs offered load", ['show(F.jct_vs_load(runs["load_sweep"]), "jct_vs_load")']),
-    "kv_budget": ("KV-cache budget sensitivity", ['show(F.kv_budget(runs["kv_budget"]), "kv_budget")']),
+    "load_sweep": ("Mean JCT vs offered load", ['show(figures.jct_vs_load(runs["load_sweep"]), "jct_vs_load")']),
+    "kv_budget": ("KV-cache budget sensitivity", ['show(figures.kv_budget(runs["kv_budget"]), "kv_budget")']),
     "ablation": ("Ablation on MetaGPT-TL", [
         """df = runs["ablation"]
-D.claims_display(T.ablation_rows(df, T.load_claims())) if len(df) else None""",
-        'show(F.ablation(df), "ablation")',
+display.claims_display(tables.ablation_rows(df, tables.load_claims())) if len(df) else None""",
+        'show(figures.ablation(df), "ablation")',
     ]),
     "overhead": ("TOPAS decision overhead (wall clock)", [
         """df = runs["overhead"]
 df[["arrival_rate", "seed", "decision_ms_mean", "decision_ms_p99", "decision_overhead_fraction"]] if len(df) else None""",
-        'show(F.overhead(df), "wallclock/overhead")',
+        'show(figures.overhead(df), "wallclock/overhead")',
     ]),
     "motivation": ("Motivation: alternating agents shrink the batch", [
         """df = runs["motivation"]
 df[["workload", "seed", "mean_batch_size", "makespan_s"]] if len(df) else None""",
-        'show(F.motivation(df), "motivation")',
+        'show(figures.motivation(df), "motivation")',
     ]),
 }
 

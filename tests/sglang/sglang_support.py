@@ -13,14 +13,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CONF = str(ROOT / "conf")
 
-TASK_COLUMNS = ["task_id", "template", "arrival", "finish", "jct", "num_calls", "warmup"]
-REQUEST_COLUMNS = [
-    "rid", "task_id", "node", "agent", "stage", "ready", "first_admit", "admit", "first_token", "finish",
-    "prompt_tokens", "prefix_tokens", "output_tokens", "prefix_hit_tokens", "host_hit_tokens", "computed_tokens",
-    "preemptions", "service_s",
-]
-
-
 def require_sglang() -> None:
     """Call at the top of a test module that needs the real sglang package (before importing
     it). Without sglang in the venv (`make sglang-cpu` installs it) the module is skipped,

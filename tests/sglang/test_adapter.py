@@ -26,11 +26,10 @@ from sglang.srt.mem_cache.unified_cache.components import ComponentType  # noqa:
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 
-from topas.engines.sglang import hints as H  # noqa: E402
+from topas.engines.sglang import hints  # noqa: E402
 from topas.engines.sglang.costs import LinearCostModel  # noqa: E402
 from topas.engines.sglang.jsonl import DecisionLog  # noqa: E402
-from topas.engines.sglang.plugin import adapter as A  # noqa: E402
-from topas.engines.sglang.plugin import cache_probe as P  # noqa: E402
+from topas.engines.sglang.plugin import adapter, cache_probe  # noqa: E402
 from topas.engines.sglang.plugin.controller import Controller  # noqa: E402
 from topas.policy import Decision, Policy  # noqa: E402
 from topas.policy.events import RequestFinished, RequestReady, TaskArrived  # noqa: E402
@@ -46,17 +45,17 @@ PREFIX_A = list(range(100, 132))  # 32 tokens
 PREFIX_B = list(range(200, 224))  # 24 tokens
 
 
-def hint(task: int, node: str, agent: str, prefix: int, **kw: Any) -> H.WorkflowHint:
-    return H.WorkflowHint(
+def hint(task: int, node: str, agent: str, prefix: int, **kw: Any) -> hints.WorkflowHint:
+    return hints.WorkflowHint(
         task_id=task, node=node, stage=kw.pop("stage", node), agent=agent, template="tpl",
         task_arrival=kw.pop("task_arrival", 10.0), prefix_tokens=prefix, **kw,
     )
 
 
-def make_req(rid: str, ids: list[int], h: H.WorkflowHint | None = None, channel: str = "kv_hints") -> Req:
-    custom = H.custom_params_fallback(h) if (h is not None and channel == "custom_params") else None
+def make_req(rid: str, ids: list[int], h: hints.WorkflowHint | None = None, channel: str = "kv_hints") -> Req:
+    custom = hints.custom_params_fallback(h) if (h is not None and channel == "custom_params") else None
     sp = SamplingParams(max_new_tokens=8, ignore_eos=True, custom_params=custom)
-    env = decode_kv_hints_envelope(H.kv_hints_envelope(h, rid)) if (h is not None and channel == "kv_hints") else None
+    env = decode_kv_hints_envelope(hints.kv_hints_envelope(h, rid)) if (h is not None and channel == "kv_hints") else None
     return Req(rid, "", array("q", ids), sp, kv_hints=env)
 
 
@@ -101,32 +100,32 @@ TEMPLATE = WorkflowTemplate(
 
 def test_hint_reaches_req_kv_hints_through_ipc_encoding():
     h = hint(7, "s2", "B", 24, ready_time=12.5, downstream_agents=("A",), segments=(("agent:B", 24), ("t7:s2:in", 9)),
-             template_spec=H.template_to_json(TEMPLATE))
-    envelope = H.kv_hints_envelope(h, "m1")
+             template_spec=hints.template_to_json(TEMPLATE))
+    envelope = hints.kv_hints_envelope(h, "m1")
     json.dumps(envelope)  # plain JSON, as the HTTP body carries it
     decoded = decode_kv_hints_envelope(envelope)  # what GenerateReqInput normalisation does
     assert isinstance(decoded, KvHintsEnvelope)
     # tokenizer manager -> scheduler is msgpack IPC (msgspec structs)
     wire = msgspec.msgpack.decode(msgspec.msgpack.encode(decoded), type=KvHintsEnvelope)
     req = Req("r1", "", array("q", [1, 2, 3]), SamplingParams(max_new_tokens=4), kv_hints=wire)
-    got = H.hint_from_req(req)
+    got = hints.hint_from_req(req)
     assert got == h
-    assert H.template_from_json(got.template_spec).stages == TEMPLATE.stages
+    assert hints.template_from_json(got.template_spec).stages == TEMPLATE.stages
 
 
 def test_hint_via_custom_params_fallback_and_foreign_requests():
     h = hint(3, "s1", "A", 32, downstream_agents=("B",))
     req = make_req("r1", PREFIX_A + [5], h, channel="custom_params")
     assert req.kv_hints is None
-    assert H.hint_from_req(req) == h
-    assert H.hint_from_req(make_req("r2", [1, 2, 3])) is None
+    assert hints.hint_from_req(req) == h
+    assert hints.hint_from_req(make_req("r2", [1, 2, 3])) is None
 
 
 def test_generate_req_input_accepts_the_envelope():
     from sglang.srt.managers.io_struct import GenerateReqInput
 
     h = hint(1, "s1", "A", 32)
-    obj = GenerateReqInput(input_ids=PREFIX_A + [9], sampling_params={"max_new_tokens": 2}, kv_hints=H.kv_hints_envelope(h))
+    obj = GenerateReqInput(input_ids=PREFIX_A + [9], sampling_params={"max_new_tokens": 2}, kv_hints=hints.kv_hints_envelope(h))
     obj.normalize_batch_and_arguments()
     env = obj.kv_hints[0] if isinstance(obj.kv_hints, list) else obj.kv_hints
     assert isinstance(env, KvHintsEnvelope)
@@ -137,21 +136,21 @@ def test_malformed_payload_is_a_one_line_error():
     bad = {"protocol_version": "1", "message_id": "m", "actions": [
         {"action_id": "a", "action_type": "topas.workflow", "action_version": "v1", "payload": {"node": "x"}}]}
     req = Req("r", "", array("q", [1, 2]), SamplingParams(max_new_tokens=1), kv_hints=decode_kv_hints_envelope(bad))
-    with pytest.raises(H.HintError, match="lacks task_id"):
-        H.hint_from_req(req)
+    with pytest.raises(hints.HintError, match="lacks task_id"):
+        hints.hint_from_req(req)
     # other action types and versions are ignored (kv_hints consumers ignore what they do not implement)
     other = {"protocol_version": "1", "message_id": "m", "actions": [
         {"action_id": "a", "action_type": "topas.workflow", "action_version": "v2", "payload": {}},
         {"action_id": "b", "action_type": "hicache.pin", "action_version": "v1", "payload": {}}]}
     req = Req("r", "", array("q", [1, 2]), SamplingParams(max_new_tokens=1), kv_hints=decode_kv_hints_envelope(other))
-    assert H.hint_from_req(req) is None
+    assert hints.hint_from_req(req) is None
 
 
 def test_control_envelope_round_trip():
-    env = decode_kv_hints_envelope(H.control_envelope("lpm", {"fcfs_above_waiting": 64}))
+    env = decode_kv_hints_envelope(hints.control_envelope("lpm", {"fcfs_above_waiting": 64}))
     req = Req("c", "", array("q", [3]), SamplingParams(max_new_tokens=1), kv_hints=env)
-    assert H.control_from_req(req) == ("lpm", {"fcfs_above_waiting": 64})
-    assert H.hint_from_req(req) is None
+    assert hints.control_from_req(req) == ("lpm", {"fcfs_above_waiting": 64})
+    assert hints.hint_from_req(req) is None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -163,7 +162,7 @@ def test_control_envelope_round_trip():
 def test_device_match_is_read_only(kind):
     cache, alloc = make_cache(kind)
     insert(cache, alloc, PREFIX_A + [1, 2, 3, 4])
-    probe = P.CacheProbe(cache)
+    probe = cache_probe.CacheProbe(cache)
     before = cache.evictable_size()
     n, node, span = probe.device_match(probe.key(PREFIX_A + [9]))
     assert n == 32 and span == 36  # the match ends inside the node: not split
@@ -179,7 +178,7 @@ def test_pinned_prefix_survives_eviction_that_takes_the_unpinned_one(kind):
     cache, alloc = make_cache(kind, size=128)
     insert(cache, alloc, PREFIX_A + [1, 2, 3, 4])  # older: plain LRU evicts it first
     insert(cache, alloc, PREFIX_B + [5, 6, 7, 8])
-    probe = P.CacheProbe(cache)
+    probe = cache_probe.CacheProbe(cache)
     handle = probe.pin(PREFIX_A)
     assert handle is not None and handle.tokens == 32
     # the pin split the node at the prefix boundary: exactly the prefix is locked
@@ -200,7 +199,7 @@ def test_pinned_prefix_survives_eviction_that_takes_the_unpinned_one(kind):
 def test_pin_refuses_a_prefix_not_on_device(kind):
     cache, alloc = make_cache(kind)
     insert(cache, alloc, PREFIX_A[:10])
-    probe = P.CacheProbe(cache)
+    probe = cache_probe.CacheProbe(cache)
     assert probe.pin(PREFIX_A) is None
     assert probe.pin([]) is None
     assert cache.protected_size() == 0
@@ -215,7 +214,7 @@ def test_pin_refuses_a_prefix_not_on_device(kind):
 def test_view_from_real_reqs_and_cache(kind):
     cache, alloc = make_cache(kind)
     insert(cache, alloc, PREFIX_A + [1, 2, 3])
-    probe = P.CacheProbe(cache)
+    probe = cache_probe.CacheProbe(cache)
     h_wait = hint(1, "s3", "A", 32, ready_time=11.0, segments=(("agent:A", 32), ("t1:s3:in", 4)))
     h_wait2 = hint(2, "s1", "A", 32, ready_time=10.5, task_arrival=10.5)
     h_run = hint(1, "s2", "B", 24)
@@ -225,23 +224,23 @@ def test_view_from_real_reqs_and_cache(kind):
     r1.output_ids = array("q", [5, 6, 7])
     r1.retraction_count = 1
     infos_w = [
-        A.request_info(w1, h_wait, probe=probe, ready_time=11.0, running=False),
-        A.request_info(w2, h_wait2, probe=probe, ready_time=10.5, running=False),
+        adapter.request_info(w1, h_wait, probe=probe, ready_time=11.0, running=False),
+        adapter.request_info(w2, h_wait2, probe=probe, ready_time=10.5, running=False),
     ]
-    info_r = A.request_info(r1, h_run, probe=None, ready_time=9.0, running=True, admitted_time=11.5)
+    info_r = adapter.request_info(r1, h_run, probe=None, ready_time=9.0, running=True, admitted_time=11.5)
     assert infos_w[0].cached_tokens == 34 and infos_w[0].prompt_tokens == 36 and infos_w[0].prefix_tokens == 32
     assert infos_w[0].segments == (("agent:A", 32), ("t1:s3:in", 4))
     assert infos_w[1].cached_tokens == 31
     assert info_r.generated_tokens == 3 and info_r.preemptions == 1 and info_r.admitted_time == 11.5
     assert info_r.cached_tokens == info_r.prompt_tokens
 
-    tasks = {1: A.TaskRecord(1, "tpl", 10.0, ["s1"], {"s1": 1}, attained_service=2.0), 2: A.TaskRecord(2, "tpl", 10.5)}
-    prefixes = A.prefix_states({"A": 32, "B": 24}, {"A": PREFIX_A, "B": PREFIX_B}, probe, pinned={"A"}, running=[info_r])
+    tasks = {1: adapter.TaskRecord(1, "tpl", 10.0, ["s1"], {"s1": 1}, attained_service=2.0), 2: adapter.TaskRecord(2, "tpl", 10.5)}
+    prefixes = adapter.prefix_states({"A": 32, "B": 24}, {"A": PREFIX_A, "B": PREFIX_B}, probe, pinned={"A"}, running=[info_r])
     assert prefixes["A"].device_tokens == 32 and prefixes["A"].pinned and not prefixes["A"].in_use
     assert prefixes["B"].device_tokens == 0 and prefixes["B"].in_use
-    cap = A.EngineCapacity(256, 40, cache.evictable_size(), 0, 0, 8)
-    view = A.build_view(now=12.0, waiting=infos_w, running=[info_r], tasks=tasks, templates={"tpl": TEMPLATE},
-                        prefixes=prefixes, capacity=cap, costs=LinearCostModel())
+    cap = adapter.EngineCapacity(256, 40, cache.evictable_size(), 0, 0, 8)
+    view = adapter.build_view(now=12.0, waiting=infos_w, running=[info_r], tasks=tasks, templates={"tpl": TEMPLATE},
+                              prefixes=prefixes, capacity=cap, costs=LinearCostModel())
     assert [r.rid for r in view.waiting] == ["w2", "w1"]  # ready order
     t1 = view.tasks[1]
     assert t1.finished_nodes == ("s1",) and t1.running == ("r1",) and t1.waiting == ("w1",)
@@ -256,20 +255,20 @@ def test_queue_order_hold_back_and_restore():
     foreign = make_req("warmup", [1, 2])
     queue = [reqs[0], foreign, reqs[1], reqs[2], reqs[3]]
     visible = ["q0", "q1", "q2", "q3"]
-    walk, held = A.order_waiting_queue(queue, Decision(admit=("q3", "q1", "gone")), visible)
+    walk, held = adapter.order_waiting_queue(queue, Decision(admit=("q3", "q1", "gone")), visible)
     assert [r.rid for r in walk] == ["warmup", "q3", "q1"]
     assert [r.rid for r in held] == ["q0", "q2"]
     # SGLang admitted warmup and q3; q1 did not fit; a preempted request was requeued
     preempted = make_req("p", [1, 9], hint(9, "p", "A", 1))
-    after = A.restore_order([reqs[1], preempted], held, queue)
+    after = adapter.restore_order([reqs[1], preempted], held, queue)
     assert [r.rid for r in after] == ["q0", "q1", "q2", "p"]
 
 
 def test_pin_changes():
-    assert A.pin_changes({"A"}, frozenset({"A", "B"}), (), ()) == ({"B"}, set())
-    assert A.pin_changes({"A", "B"}, frozenset({"B"}), (), ()) == (set(), {"A"})
-    assert A.pin_changes({"A"}, None, (), ()) == (set(), {"A"})
-    assert A.pin_changes({"A"}, frozenset({"B"}), {"A"}, ()) == ({"B"}, {"A"})
+    assert adapter.pin_changes({"A"}, frozenset({"A", "B"}), (), ()) == ({"B"}, set())
+    assert adapter.pin_changes({"A", "B"}, frozenset({"B"}), (), ()) == (set(), {"A"})
+    assert adapter.pin_changes({"A"}, None, (), ()) == (set(), {"A"})
+    assert adapter.pin_changes({"A"}, frozenset({"B"}), {"A"}, ()) == ({"B"}, {"A"})
 
 
 # ----------------------------------------------------------------------------------------------

@@ -16,19 +16,18 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from sglang_support import REQUEST_COLUMNS, ROOT, TASK_COLUMNS, compose_cfg, require_sglang  # noqa: E402
+from sglang_support import ROOT, compose_cfg, require_sglang  # noqa: E402
 
 require_sglang()
 
-from topas.engines.sglang.client import backend_config as BC  # noqa: E402
-from topas.engines.sglang.client import shared_server as S  # noqa: E402
+from topas.engines.sglang.client import backend_config, shared_server  # noqa: E402
 from topas.engines.sglang.client.processes import descendants  # noqa: E402
-from topas.results import OUTPUT_FILES, TIMELINE_COLUMNS, is_complete  # noqa: E402
+from topas.results import OUTPUT_FILES, REQUESTS, TASKS, TIMELINE, is_complete  # noqa: E402
 from topas.runner import run  # noqa: E402
 
 pytestmark = pytest.mark.sglang
 
-PROFILE = "gpu" if BC.gpu_visible() else "cpu"  # backend.profile=auto; this file also runs on a GPU machine
+PROFILE = "gpu" if backend_config.gpu_visible() else "cpu"  # backend.profile=auto; this file also runs on a GPU machine
 SCALE = 0.05  # dag4 at 5%: prefixes S 256, L 205, R 205, J 154; input 26; output 13 tokens
 NUM_TASKS = 4
 EXTRA_FILES = ("server.log", "decisions.jsonl", "iterations.jsonl", "calls.jsonl")
@@ -89,7 +88,7 @@ def runs(tmp_path_factory):
         yield out
     finally:
         mp.undo()
-        S.shutdown_shared_servers()
+        shared_server.shutdown_shared_servers()
     # checked at teardown, after every test of the module used the kept server (no test has to run last)
     assert sglang_children() == [], "a kept server outlived shutdown_shared_servers()"
 
@@ -109,8 +108,8 @@ def test_every_output_file_with_the_result_columns(runs, name):
     assert is_complete(folder)
     for f in (*OUTPUT_FILES, *EXTRA_FILES):
         assert (folder / f).is_file() and (folder / f).stat().st_size > 0, f
-    assert list(tasks.columns) == TASK_COLUMNS and list(reqs.columns) == REQUEST_COLUMNS
-    assert list(tl.columns) == TIMELINE_COLUMNS
+    assert list(tasks.columns) == TASKS.names and list(reqs.columns) == REQUESTS.names
+    assert list(tl.columns) == TIMELINE.names
     assert len(tasks) == NUM_TASKS and len(reqs) == 4 * NUM_TASKS and tasks["warmup"].sum() == 0
     assert s["backend"] == "sglang" and s["sglang_version"] == "0.5.23" and s["profile"] == PROFILE
     assert s["token_scale"] == SCALE and s["scheduler"] == name.split("_")[0]
@@ -231,7 +230,7 @@ def test_server_crash_during_the_replay_is_one_line_and_leaves_nothing(runs, tmp
 
     from topas.engines.sglang.client.backend import SGLangRunError
 
-    (shared,) = S._SHARED.values()
+    (shared,) = shared_server._SHARED.values()
     sched = [p for p in shared.server.pids() if b"scheduler" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert sched
 
@@ -245,7 +244,7 @@ def test_server_crash_during_the_replay_is_one_line_and_leaves_nothing(runs, tmp
             quiet=True)
     msg = str(e.value)
     assert "\n" not in msg and "died during the replay" in msg and "crashed with exit code -9" in msg, msg
-    assert not S._SHARED and sglang_children() == []
+    assert not shared_server._SHARED and sglang_children() == []
     assert (tmp_path / "x" / "server.log").is_file() and not (tmp_path / "x" / "summary.json").exists()
 
 
@@ -276,10 +275,10 @@ def test_gpu_profile_command_parses_with_sglangs_own_arguments():
 
     from topas.engines.sglang.client.server import ServerConfig
 
-    b = BC.SGLangBackendConfig(mem_fraction_static=0.85, enable_hierarchical_cache=True, hicache_ratio=2.0,
-                              max_total_tokens=22035, chunked_prefill_size=8192, max_running_requests=256,
-                              extra_args=["--attention-backend", "fa3"])
-    kw, extra = BC.server_args(b, "gpu")
+    b = backend_config.SGLangBackendConfig(mem_fraction_static=0.85, enable_hierarchical_cache=True, hicache_ratio=2.0,
+                                           max_total_tokens=22035, chunked_prefill_size=8192, max_running_requests=256,
+                                           extra_args=["--attention-backend", "fa3"])
+    kw, extra = backend_config.server_args(b, "gpu")
     cmd = ServerConfig(model_path=ROOT / "topas/engines/latency/models/qwen2_5_32b", extra_args=extra, **kw).command(30000)
     assert cmd[1:3] == ["-m", "sglang.launch_server"] and "--device" not in cmd
     parser = argparse.ArgumentParser()

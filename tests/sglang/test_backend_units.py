@@ -9,32 +9,15 @@ import math
 
 import pandas as pd
 import pytest
-from sglang_support import REQUEST_COLUMNS, TASK_COLUMNS
+from helpers.sglang_logs import chain, fake_logs, trace_of
 from sglang_support import compose_cfg as cfg
 
 from topas.config import ConfigError, validate
-from topas.engines.sglang.client import backend_config as B
+from topas.engines.sglang.client import backend_config
 from topas.engines.sglang.client.records import per_iteration_latency, sglang_record
 from topas.engines.sglang.client.scaling import auto_token_scale, max_call_tokens, scale_trace, scaled_tokens
 from topas.engines.sglang.jsonl import read_jsonl
-from topas.results import TIMELINE_COLUMNS, summarize
-from topas.workflow import Agent, CallNode, SegmentRef, Task, Trace, Workflow, template_of
-
-
-def chain(prefix=(("A", 600), ("B", 800)), inp=100, out=50) -> Workflow:
-    agents = {n: Agent(n, p) for n, p in prefix}
-    nodes, prev = {}, None
-    for n, _ in prefix:
-        nid = n.lower()
-        nodes[nid] = CallNode(nid, n, inp, out, deps=(prev,) if prev else (),
-                              history=(SegmentRef("out", prev),) if prev else ())
-        prev = nid
-    return Workflow("chain", agents, nodes)
-
-
-def trace_of(wf: Workflow, arrivals=(0.0, 1.0)) -> Trace:
-    return Trace("t", tuple(Task(i, a, wf, wf.name) for i, a in enumerate(arrivals)), {wf.name: template_of(wf)})
-
+from topas.results import REQUESTS, TASKS, TIMELINE, summarize
 
 # -- configs -----------------------------------------------------------------------------------
 
@@ -42,7 +25,7 @@ def trace_of(wf: Workflow, arrivals=(0.0, 1.0)) -> Trace:
 def test_sglang_backend_and_tiny_model_configs_validate():
     g = validate(cfg("backend=sglang", "model=tiny_cpu"))
     b = g["backend"]
-    assert isinstance(b, B.SGLangBackendConfig) and b.name == "sglang" and b.token_scale is None
+    assert isinstance(b, backend_config.SGLangBackendConfig) and b.name == "sglang" and b.token_scale is None
     from topas.engines.latency.specs import load_model_spec, model_spec_from_hf_config, resolve_hf_config
 
     c = cfg("backend=sglang", "model=tiny_cpu")
@@ -70,7 +53,7 @@ def test_sglang_backend_and_tiny_model_configs_validate():
 def test_bad_backend_options_are_one_line_config_errors(override, msg):
     b = validate(cfg("backend=sglang", "model=tiny_cpu", override))["backend"]
     with pytest.raises(ConfigError) as e:
-        B.check_config(b)
+        backend_config.check_config(b)
     assert msg in str(e.value) and "\n" not in str(e.value)
 
 
@@ -80,15 +63,15 @@ def test_unknown_backend_key_is_rejected_by_the_schema():
 
 
 def test_server_args_cpu_and_gpu():
-    b = B.SGLangBackendConfig(mem_fraction_static=0.8, enable_hierarchical_cache=True, hicache_ratio=3.0,
-                              extra_args=["--attention-backend", "fa3"])
-    kw, extra = B.server_args(b, "gpu")
+    b = backend_config.SGLangBackendConfig(mem_fraction_static=0.8, enable_hierarchical_cache=True, hicache_ratio=3.0,
+                                           extra_args=["--attention-backend", "fa3"])
+    kw, extra = backend_config.server_args(b, "gpu")
     assert kw["max_total_tokens"] is None and kw["load_format"] == "dummy" and kw["profile"] == "gpu"
     assert extra == ["--mem-fraction-static", "0.8", "--enable-hierarchical-cache", "--hicache-ratio", "3.0",
                      "--tp-size", "1", "--attention-backend", "fa3"]
-    kw, extra = B.server_args(B.SGLangBackendConfig(), "cpu")
-    assert kw["max_total_tokens"] == B.CPU_DEFAULT_POOL and extra == []
-    kw, _ = B.server_args(B.SGLangBackendConfig(model_path="/x"), "cpu")
+    kw, extra = backend_config.server_args(backend_config.SGLangBackendConfig(), "cpu")
+    assert kw["max_total_tokens"] == backend_config.CPU_DEFAULT_POOL and extra == []
+    kw, _ = backend_config.server_args(backend_config.SGLangBackendConfig(model_path="/x"), "cpu")
     assert kw["load_format"] == "auto"
 
 
@@ -96,9 +79,9 @@ def test_model_dir_defaults_to_the_hf_config_folder():
     from topas.engines.latency.specs import load_model_spec
 
     spec = load_model_spec(cfg("model=tiny_cpu").model)
-    assert (B.model_dir(B.SGLangBackendConfig(), spec) / "config.json").is_file()
+    assert (backend_config.model_dir(backend_config.SGLangBackendConfig(), spec) / "config.json").is_file()
     with pytest.raises(ConfigError, match="does not exist"):
-        B.model_dir(B.SGLangBackendConfig(model_path="/no/such/dir"), spec)
+        backend_config.model_dir(backend_config.SGLangBackendConfig(model_path="/no/such/dir"), spec)
 
 
 def test_fitted_cost_model_is_a_valid_linear_model():
@@ -106,7 +89,7 @@ def test_fitted_cost_model_is_a_valid_linear_model():
     from topas.engines.sglang.costs import load_cost_model
 
     c = cfg("model=qwen2_5_7b", "gpu=h100_80gb")
-    fit = B.fitted_cost_model(load_model_spec(c.model), load_gpu_spec(c.gpu), "roofline")
+    fit = backend_config.fitted_cost_model(load_model_spec(c.model), load_gpu_spec(c.gpu), "roofline")
     cm = load_cost_model(fit)
     assert cm.bytes_per_token == 2 * 28 * 4 * 128 * 2
     assert cm.prefill_tokens_per_s > 1000 and cm.decode_step_time(1, 1024) > 0
@@ -149,54 +132,18 @@ def test_dag4_on_tiny_cpu_resolves_to_a_tenth_and_a_too_big_call_is_an_error():
     g = validate(c)
     tr = build_trace(g["workload"], 0)
     spec = load_model_spec(c.model)
-    assert B.resolve_token_scale(g["backend"], tr, spec, 4096) == 0.1
+    assert backend_config.resolve_token_scale(g["backend"], tr, spec, 4096) == 0.1
     with pytest.raises(ConfigError, match="largest call has 5888 tokens"):
-        B.resolve_token_scale(B.SGLangBackendConfig(token_scale=1.0), tr, spec, 4096)
+        backend_config.resolve_token_scale(backend_config.SGLangBackendConfig(token_scale=1.0), tr, spec, 4096)
 
 
 # -- records -----------------------------------------------------------------------------------
 
 
-def fake_logs(t0: float = 1000.0):
-    """Driver dicts, decision and iteration logs of a 2-task chain replay (agents A, B)."""
-    tr = trace_of(chain(prefix=(("A", 60), ("B", 80)), inp=10, out=5))
-    calls, decisions, iterations = [], [{"event": "start", "t": t0 - 5, "kv_capacity_tokens": 4096,
-                                         "max_running_requests": 8, "bytes_per_token": 512}], []
-    t = 0.0
-    for task in tr.tasks:
-        for nid in ("a", "b"):
-            rid = f"tag-t{task.task_id}-{nid}"
-            node = task.workflow.nodes[nid]
-            prompt = task.workflow.prompt_tokens(nid)
-            cached = task.workflow.agents[node.agent].prefix_tokens if task.task_id == 1 else 0
-            decisions.append({"event": "decision", "t": t0 + t, "wall_s": 0.001, "waiting": [rid], "running": [],
-                              "resident": ["A"] if task.task_id else []})
-            decisions.append({"event": "admitted", "t": t0 + t + 0.001, "rids": [rid]})
-            iterations.append({"kind": "prefill", "start": t0 + t + 0.002, "duration": 0.01, "steps": 1,
-                               "batch_size": 1, "tokens": prompt, "kv_used_tokens": 100, "tree_tokens": 90,
-                               "evictable_tokens": 10, "host_tokens": None, "waiting": 0, "running": 0,
-                               "first": [rid], "finished": []})
-            iterations.append({"kind": "decode", "start": t0 + t + 0.012, "duration": 0.04, "steps": 4,
-                               "batch_size": 1, "tokens": prompt + 1, "kv_used_tokens": 104, "tree_tokens": 90,
-                               "evictable_tokens": 10, "host_tokens": None, "waiting": 0, "running": 1,
-                               "first": [], "finished": [rid]})
-            calls.append({"rid": rid, "task_id": task.task_id, "node": nid, "stage": nid, "agent": node.agent,
-                          "ready": t, "finish": t + 0.06, "first_token": None, "prompt_tokens": prompt,
-                          "prefix_tokens": task.workflow.agents[node.agent].prefix_tokens, "cached_tokens": cached,
-                          "cached_tokens_device": cached, "cached_tokens_host": 0, "output_tokens": 5,
-                          "expected_output_tokens": 5, "num_retractions": 0})
-            t += 0.1
-    iterations.insert(0, {"kind": "prefill", "start": t0 - 3, "duration": 0.01, "steps": 1, "batch_size": 1,
-                          "tokens": 12, "first": ["warmup"], "finished": []})  # before the replay: dropped
-    return tr, calls, decisions, iterations
-
-
 def test_record_tables_have_exactly_the_result_columns():
     tr, calls, decisions, iterations = fake_logs()
     rec = sglang_record(tr, calls, 1000.0, 0.5, decisions, iterations, engine={"profile": "cpu"})
-    assert list(rec.tasks.columns) == TASK_COLUMNS
-    assert list(rec.requests.columns) == REQUEST_COLUMNS
-    assert list(rec.timeline.columns) == TIMELINE_COLUMNS
+    assert TASKS.mismatches(rec.tasks) == REQUESTS.mismatches(rec.requests) == TIMELINE.mismatches(rec.timeline) == []
     assert rec.tasks["warmup"].tolist() == [True, False]
     r = rec.requests.set_index("rid")
     assert r.loc["tag-t0-a", "first_admit"] == pytest.approx(0.001)
@@ -234,24 +181,24 @@ def test_policy_preemptions_are_not_counted_as_retractions(tmp_path):
 
 
 def test_gpu_check_comparison_and_arguments():
-    from topas.fidelity import gpu_check as G
+    from topas.fidelity import gpu_check
 
-    a = G.parse_args([])
+    a = gpu_check.parse_args([])
     assert a.model == "qwen2_5_7b" and a.device == "gpu" and a.timeout_s > 0
-    a = G.parse_args(["--device", "cpu", "--num-tasks", "2"])
+    a = gpu_check.parse_args(["--device", "cpu", "--num-tasks", "2"])
     assert a.model == "tiny_cpu" and a.num_tasks == 2
     real = {"jct_mean": 2.0, "decode_step_s": 0.02, "prefill_iteration_s": 0.1}
     sim = {"jct_mean": 1.0, "decode_step_s": 0.025, "prefill_iteration_s": float("nan")}
-    rows = G.compare(real, sim)
+    rows = gpu_check.compare(real, sim)
     by = {r["metric"]: r for r in rows}
     assert by["jct_mean"]["ratio"] == pytest.approx(2.0) and by["decode_step_s"]["ratio"] == pytest.approx(0.8)
     assert math.isnan(by["prefill_iteration_s"]["ratio"])
-    assert G.gpu_name("NVIDIA H200, 143771 MiB") == "h200"
-    assert G.gpu_name("NVIDIA H100 80GB HBM3, 81559 MiB") == "h100_80gb"
-    assert G.gpu_name("NVIDIA A100-SXM4-80GB, 81920 MiB") == "a100_80gb"
-    with pytest.raises(G.CheckError, match="pass --gpu"):
-        G.gpu_name("NVIDIA A100-SXM4-40GB, 40960 MiB")
-    text = G.format_table(rows)
+    assert gpu_check.gpu_name("NVIDIA H200, 143771 MiB") == "h200"
+    assert gpu_check.gpu_name("NVIDIA H100 80GB HBM3, 81559 MiB") == "h100_80gb"
+    assert gpu_check.gpu_name("NVIDIA A100-SXM4-80GB, 81920 MiB") == "a100_80gb"
+    with pytest.raises(gpu_check.CheckError, match="pass --gpu"):
+        gpu_check.gpu_name("NVIDIA A100-SXM4-40GB, 40960 MiB")
+    text = gpu_check.format_table(rows)
     assert "jct_mean" in text and "2.00" in text
     assert isinstance(pd.DataFrame(rows), pd.DataFrame)
 

@@ -17,7 +17,7 @@ from sglang_support import require_sglang
 
 require_sglang()
 
-from topas.engines.latency.profile import FORMAT  # noqa: E402
+from topas.engines.latency.measured import FORMAT  # noqa: E402
 from topas.fidelity.metrics import dependency_violations  # noqa: E402
 from topas.fidelity.report import write_report  # noqa: E402
 from topas.fidelity.validate import Setup, WorkloadSpec, validate_all  # noqa: E402
@@ -25,7 +25,7 @@ from topas.workloads import load_trace  # noqa: E402
 
 pytestmark = pytest.mark.sglang
 
-# the tiny model on this CPU, roughly (topas.engines.sglang.tools.profile measures it properly)
+# the tiny model on this CPU, roughly (topas.engines.sglang.tools.profiler measures it properly)
 PROFILE = {
     "format": FORMAT,
     "prefill": {"extend_tokens": [8, 512, 2048], "prefix_tokens": [0, 1024, 2048],

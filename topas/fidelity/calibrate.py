@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from topas.engines.latency.profile import ProfileLatency
+from topas.engines.latency.measured import ProfileLatency
 
 
 def run_iterations(folder: str | Path) -> list[dict[str, Any]]:

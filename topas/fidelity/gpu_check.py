@@ -22,7 +22,7 @@ topas/engines/latency/models/), 16 DAG-4 tasks at 0.5 tasks/s, FCFS. Steps:
 
 `--fidelity` runs the simulator-fidelity validation instead (`topas.fidelity`, the
 same as `make fidelity` on CPU) with the real model architecture (dummy weights): a latency
-profile of a server like the runs' (`topas.engines.sglang.tools.profile`, GPU grid), then dag4 with
+profile of a server like the runs' (`topas.engines.sglang.tools.profiler`, GPU grid), then dag4 with
 FCFS and TOPAS on the real server and on the simulator configured like it, one repeat each,
 a KV pool of `--max-total-tokens` (default 30000 in this mode: prefix-cache pressure, as the
 paper's regime); table and figure under <out>/fidelity/. Sized for the 10-minute window: two
@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -173,78 +174,148 @@ def fidelity_args(a: argparse.Namespace, gpu: str) -> list[str]:
     return args
 
 
+def resolve_gpu(a: argparse.Namespace) -> str:
+    """The conf/gpu name: --gpu, else the one nvidia-smi lists (a100_80gb in a CPU dry run)."""
+    return a.gpu if a.gpu != "auto" else ("a100_80gb" if a.device == "cpu" else detect_gpu())
+
+
+def run_fidelity(a: argparse.Namespace) -> int:
+    """`--fidelity`: the fidelity validation (`python -m topas.fidelity`) on this device."""
+    from topas.fidelity.__main__ import main as fidelity_main
+
+    try:
+        gpu = resolve_gpu(a)
+    except CheckError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    _say(f"fidelity validation on {a.device} ({a.model}, {gpu}): profile, then real and simulated replays")
+    return fidelity_main(fidelity_args(a, gpu))
+
+
+@dataclass
+class CheckRuns:
+    """The two runs of one check and what they replayed."""
+
+    gpu: str
+    token_scale: float
+    trace: Any  # the replayed trace (scaled)
+    real_dir: Path
+    real_summary: dict[str, Any]
+    sim_dir: Path
+    sim_summary: dict[str, Any]
+    sim_latency: str  # the simulator's latency model (roofline after a failed --latency)
+
+
+def write_trace(a: argparse.Namespace, base: list[str], out: Path) -> tuple[Any, float, Path]:
+    """Step 1: the workload's trace, built once (token counts scaled for the tiny CPU model in a
+    dry run) -> <out>/trace.jsonl; returns (trace, token scale, its file)."""
+    from topas.config import validate
+    from topas.engines.latency.specs import load_model_spec
+    from topas.engines.sglang.client.backend_config import CPU_DEFAULT_POOL, SGLangBackendConfig, resolve_token_scale
+    from topas.engines.sglang.client.scaling import scale_trace
+    from topas.workloads import build_trace, dump_trace
+
+    wcfg = compose_cfg([*base, f"workload={a.workload}", f"workload.num_tasks={a.num_tasks}",
+                        f"workload.arrival_rate={a.arrival_rate}", "workload.load=null"])
+    g = validate(wcfg)
+    trace = build_trace(g["workload"], a.seed)
+    model = load_model_spec(wcfg.model)
+    scale = a.token_scale if a.token_scale is not None else (
+        resolve_token_scale(SGLangBackendConfig(), trace, model, CPU_DEFAULT_POOL) if a.device == "cpu" else 1.0
+    )
+    trace = scale_trace(trace, scale)
+    path = dump_trace(trace, out / "trace.jsonl")
+    _say(f"{len(trace.tasks)} {a.workload} tasks at {a.arrival_rate:g}/s (token scale {scale:g}) -> {path}")
+    return trace, scale, path
+
+
+def real_run(a: argparse.Namespace, common: list[str], gpu: str, out: Path) -> tuple[Path, dict[str, Any]]:
+    """Step 2: `backend=sglang` replaying the trace file -> <out>/real."""
+    from topas.runner import run
+
+    extra = [x for x in a.extra_args.split() if x]
+    over = [*common, "backend=sglang", f"backend.profile={a.device}", "backend.token_scale=1.0",
+            f"backend.max_total_tokens={a.max_total_tokens if a.max_total_tokens else 'null'}",
+            f"backend.replay_timeout_s={a.timeout_s}", f"backend.startup_timeout_s={a.startup_timeout_s}",
+            f"backend.latency={a.latency}"]
+    if extra:
+        over.append("backend.extra_args=[" + ",".join(json.dumps(x) for x in extra) + "]")
+    _say(f"real run: sglang on {a.device} ({a.model}, {gpu}); server start can take minutes on a GPU")
+    t = time.monotonic()
+    real_dir, real_sum = run(compose_cfg(over), out_dir=out / "real", quiet=True)
+    _say(f"real run done in {time.monotonic() - t:.0f} s (server start {real_sum.get('server_startup_s')} s, "
+         f"KV pool {real_sum.get('kv_pool_tokens')} tokens, {real_sum.get('requests_served')} requests)")
+    return real_dir, real_sum
+
+
+def sim_run(a: argparse.Namespace, common: list[str], real_sum: dict[str, Any], out: Path) -> tuple[Path, dict[str, Any], str]:
+    """Step 3: `backend=sim` on the same file with the real server's KV pool and max running
+    requests -> <out>/sim; returns its folder, summary and latency model."""
+    from topas.runner import run
+
+    over = [*common, "backend=sim"]
+    if real_sum.get("kv_pool_tokens"):
+        over.append(f"backend.kv_pool_tokens={int(real_sum['kv_pool_tokens'])}")
+    if real_sum.get("max_running_requests"):
+        over.append(f"backend.max_running_requests={int(real_sum['max_running_requests'])}")
+    try:
+        sim_dir, sim_sum = run(compose_cfg([*over, f"backend.latency={a.latency}"]), out_dir=out / "sim", quiet=True)
+        latency = a.latency
+    except Exception as e:  # noqa: BLE001 - e.g. no aiconfigurator data for this GPU: retry with roofline
+        if a.latency == "roofline":
+            raise
+        _say(f"simulator with latency={a.latency} failed ({str(e).splitlines()[0]}); retrying with roofline")
+        sim_dir, sim_sum = run(compose_cfg([*over, "backend.latency=roofline"]), out_dir=out / "sim", quiet=True)
+        latency = "roofline"
+    _say("simulator done")
+    return sim_dir, sim_sum, latency
+
+
+def run_both(a: argparse.Namespace, out: Path) -> CheckRuns:
+    """Steps 1-3: the trace once, then the real server and the simulator on it."""
+    from topas.engines.sglang.client.server import check_sglang_importable
+
+    check_sglang_importable(sys.executable)
+    gpu = resolve_gpu(a)
+    base = [f"model={a.model}", f"gpu={gpu}", f"seed={a.seed}"]
+    trace, scale, path = write_trace(a, base, out)
+    common = [*base, "workload=trace", f"workload.params.path={path}", f"scheduler={a.scheduler}"]
+    real_dir, real_sum = real_run(a, common, gpu, out)
+    sim_dir, sim_sum, latency = sim_run(a, common, real_sum, out)
+    return CheckRuns(gpu, scale, trace, real_dir, real_sum, sim_dir, sim_sum, latency)
+
+
+def report(a: argparse.Namespace, r: CheckRuns, out: Path) -> None:
+    """Step 4: <out>/comparison.json and the printed table."""
+    rows = compare(run_metrics(r.real_dir, r.real_summary), run_metrics(r.sim_dir, r.sim_summary))
+    real_sum = r.real_summary
+    result = {
+        "device": a.device, "model": a.model, "gpu": r.gpu, "workload": a.workload, "num_tasks": a.num_tasks,
+        "arrival_rate": a.arrival_rate, "scheduler": a.scheduler, "seed": a.seed, "token_scale": r.token_scale,
+        "sglang_version": real_sum.get("sglang_version"), "server_startup_s": real_sum.get("server_startup_s"),
+        "kv_pool_tokens": real_sum.get("kv_pool_tokens"), "max_running_requests": real_sum.get("max_running_requests"),
+        "sim_latency": r.sim_latency, "rows": rows, "real_dir": str(r.real_dir), "sim_dir": str(r.sim_dir),
+    }
+    (out / "comparison.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"\nreal SGLang {result['sglang_version']} ({a.device}, {a.model}, {r.gpu}) vs simulator "
+          f"(latency {result['sim_latency']}), {len(r.trace.tasks)} {a.workload} tasks, {a.scheduler}:")
+    print(format_table(rows))
+    print(f"-> {out / 'comparison.json'}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     if a.fidelity:
-        from topas.fidelity.__main__ import main as fidelity_main
-
-        try:
-            gpu = a.gpu if a.gpu != "auto" else ("a100_80gb" if a.device == "cpu" else detect_gpu())
-        except CheckError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        _say(f"fidelity validation on {a.device} ({a.model}, {gpu}): profile, then real and simulated replays")
-        return fidelity_main(fidelity_args(a, gpu))
+        return run_fidelity(a)
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from topas.config import ConfigError
-    from topas.engines.sglang.client.server import SGLangNotInstalled, check_sglang_importable
-    from topas.runner import run
-    from topas.workloads import build_trace, dump_trace
+    from topas.engines.sglang.client.server import SGLangNotInstalled
 
     out = Path(a.out).resolve()
     try:
-        check_sglang_importable(sys.executable)
-        gpu = a.gpu if a.gpu != "auto" else ("a100_80gb" if a.device == "cpu" else detect_gpu())
-        base = [f"model={a.model}", f"gpu={gpu}", f"seed={a.seed}"]
-        # 1. the trace, once
-        wcfg = compose_cfg([*base, f"workload={a.workload}", f"workload.num_tasks={a.num_tasks}",
-                            f"workload.arrival_rate={a.arrival_rate}", "workload.load=null"])
-        from topas.config import validate
-        from topas.engines.latency.specs import load_model_spec
-
-        g = validate(wcfg)
-        trace = build_trace(g["workload"], a.seed)
-        model = load_model_spec(wcfg.model)
-        from topas.engines.sglang.client.backend_config import CPU_DEFAULT_POOL, SGLangBackendConfig, resolve_token_scale
-        from topas.engines.sglang.client.scaling import scale_trace
-
-        scale = a.token_scale if a.token_scale is not None else (
-            resolve_token_scale(SGLangBackendConfig(), trace, model, CPU_DEFAULT_POOL) if a.device == "cpu" else 1.0
-        )
-        trace = scale_trace(trace, scale)
-        path = dump_trace(trace, out / "trace.jsonl")
-        _say(f"{len(trace.tasks)} {a.workload} tasks at {a.arrival_rate:g}/s (token scale {scale:g}) -> {path}")
-        common = [*base, "workload=trace", f"workload.params.path={path}", f"scheduler={a.scheduler}"]
-        # 2. the real server
-        extra = [x for x in a.extra_args.split() if x]
-        real_over = [*common, "backend=sglang", f"backend.profile={a.device}", "backend.token_scale=1.0",
-                     f"backend.max_total_tokens={a.max_total_tokens if a.max_total_tokens else 'null'}",
-                     f"backend.replay_timeout_s={a.timeout_s}", f"backend.startup_timeout_s={a.startup_timeout_s}",
-                     f"backend.latency={a.latency}"]
-        if extra:
-            real_over.append("backend.extra_args=[" + ",".join(json.dumps(x) for x in extra) + "]")
-        _say(f"real run: sglang on {a.device} ({a.model}, {gpu}); server start can take minutes on a GPU")
-        t = time.monotonic()
-        real_dir, real_sum = run(compose_cfg(real_over), out_dir=out / "real", quiet=True)
-        _say(f"real run done in {time.monotonic() - t:.0f} s (server start {real_sum.get('server_startup_s')} s, "
-             f"KV pool {real_sum.get('kv_pool_tokens')} tokens, {real_sum.get('requests_served')} requests)")
-        # 3. the simulator, same trace, the real server's pool
-        sim_over = [*common, "backend=sim", f"backend.latency={a.latency}"]
-        if real_sum.get("kv_pool_tokens"):
-            sim_over.append(f"backend.kv_pool_tokens={int(real_sum['kv_pool_tokens'])}")
-        if real_sum.get("max_running_requests"):
-            sim_over.append(f"backend.max_running_requests={int(real_sum['max_running_requests'])}")
-        try:
-            sim_dir, sim_sum = run(compose_cfg(sim_over), out_dir=out / "sim", quiet=True)
-        except Exception as e:  # noqa: BLE001 - e.g. no aiconfigurator data for this GPU: retry with roofline
-            if a.latency == "roofline":
-                raise
-            _say(f"simulator with latency={a.latency} failed ({str(e).splitlines()[0]}); retrying with roofline")
-            sim_over = [x for x in sim_over if not x.startswith("backend.latency=")] + ["backend.latency=roofline"]
-            sim_dir, sim_sum = run(compose_cfg(sim_over), out_dir=out / "sim", quiet=True)
-        _say("simulator done")
+        runs = run_both(a, out)
     except (ConfigError, SGLangNotInstalled, CheckError, HydraException, OmegaConfBaseException) as e:
         print(f"error: {' '.join(str(e).split())[:400]}", file=sys.stderr)
         return 2
@@ -254,20 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 1
-    rows = compare(run_metrics(real_dir, real_sum), run_metrics(sim_dir, sim_sum))
-    result = {
-        "device": a.device, "model": a.model, "gpu": gpu, "workload": a.workload, "num_tasks": a.num_tasks,
-        "arrival_rate": a.arrival_rate, "scheduler": a.scheduler, "seed": a.seed, "token_scale": scale,
-        "sglang_version": real_sum.get("sglang_version"), "server_startup_s": real_sum.get("server_startup_s"),
-        "kv_pool_tokens": real_sum.get("kv_pool_tokens"), "max_running_requests": real_sum.get("max_running_requests"),
-        "sim_latency": next((x.split("=", 1)[1] for x in sim_over if x.startswith("backend.latency=")), None),
-        "rows": rows, "real_dir": str(real_dir), "sim_dir": str(sim_dir),
-    }
-    (out / "comparison.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print(f"\nreal SGLang {result['sglang_version']} ({a.device}, {a.model}, {gpu}) vs simulator "
-          f"(latency {result['sim_latency']}), {len(trace.tasks)} {a.workload} tasks, {a.scheduler}:")
-    print(format_table(rows))
-    print(f"-> {out / 'comparison.json'}")
+    report(a, runs, out)
     return 0
 
 

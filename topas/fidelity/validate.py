@@ -4,7 +4,7 @@ identical traces, for a set of workloads x policies (`python -m topas.fidelity`)
 1. Traces: each workload's trace is built once (seeded), scaled to the server's model
    (`token_scale`: the tiny CPU model has a 4096-token context and KV pool) and written to
    `<runs>/<workload>/trace.jsonl`; both engines replay that file (`workload=trace`).
-2. Profile: unless a file is given, `topas.engines.sglang.tools.profile` measures a server
+2. Profile: unless a file is given, `topas.engines.sglang.tools.profiler` measures a server
    started with exactly the options of the real runs' server (model, KV pool, flags):
    iteration latency over a grid, the batch sharing term and the client round trip.
 3. Real runs: `backend=sglang`, one server kept for all of them (`reuse_server`: the policy
@@ -71,7 +71,7 @@ class Setup:
     repeats: int = 2
     seed: int = 0
     profile: str | None = None  # a profile file; None: measure one
-    profile_grid: str | None = None  # profile.GRIDS name (None: the device's)
+    profile_grid: str | None = None  # profiler.GRIDS name (None: the device's)
     max_total_tokens: int | None = None  # the server's KV pool (None: 4096 on cpu, SGLang's own on gpu)
     extra_args: Sequence[str] = ()
     runs: Path = ROOT / "runs" / "fidelity"
@@ -117,14 +117,14 @@ def backend_config(s: Setup, cost_model: dict[str, Any] | None = None):
 
 
 def measure_profile(s: Setup, out: Path) -> Path:
-    """Profile a server started with the real runs' options (profile.py)."""
+    """Profile a server started with the real runs' options (profiler.py)."""
     import tempfile
 
     from topas.config import validate
     from topas.engines.latency.specs import load_model_spec
     from topas.engines.sglang.client.backend_config import model_dir, server_args
     from topas.engines.sglang.client.server import ServerConfig, SGLangServer
-    from topas.engines.sglang.tools import profile as P
+    from topas.engines.sglang.tools import profiler
 
     b = backend_config(s)
     model = load_model_spec(compose([f"model={s.model}"]).model)
@@ -136,12 +136,12 @@ def measure_profile(s: Setup, out: Path) -> Path:
     # changed) is part of every iteration and round trip measured, as in the real runs
     cfg = ServerConfig(model_path=mdir, extra_args=extra, iteration_log=work / "iterations.jsonl",
                        log_path=work / "server.log", policy="fcfs", **kw)
-    grid = P.GRIDS[s.profile_grid or s.device]
+    grid = profiler.GRIDS[s.profile_grid or s.device]
     s.say(f"profile: starting a server like the real runs' ({s.device}, {model.name}); log {cfg.log_path}")
     with SGLangServer(cfg) as srv:
         s.say(f"profile: server up in {srv.startup_s:.0f} s; measuring ({grid.repeats} samples per cell)")
-        P.profile_server(srv.base_url, cfg.iteration_log, out, grid, model.vocab_size, model.context_len,
-                         say=lambda m: s.say(f"profile: {m}"))
+        profiler.profile_server(srv.base_url, cfg.iteration_log, out, grid, model.vocab_size, model.context_len,
+                               say=lambda m: s.say(f"profile: {m}"))
     shutil.rmtree(work, ignore_errors=True)
     return out
 

@@ -50,7 +50,7 @@ def _ensure_builtins() -> None:
         return
     _BUILTINS_LOADED = True
     from topas.engines.latency.aiconfigurator import AiconfiguratorLatency
-    from topas.engines.latency.profile import build_profile
+    from topas.engines.latency.measured import build_profile
     from topas.engines.latency.roofline import RooflineLatency
 
     for name, builder in (("aiconfigurator", AiconfiguratorLatency), ("roofline", RooflineLatency), ("profile", build_profile)):

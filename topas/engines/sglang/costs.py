@@ -74,7 +74,7 @@ def load_cost_model(spec: str | Mapping[str, Any] | None = None, model_config: A
 
     `LinearCostModel` fields, or `{"latency_profile": <file>}` (+ optional `bytes_per_token`,
     `swap_bandwidth_bytes_per_s`, `swap_latency_s`): the policy then sees the measured
-    profile's predictions (`LatencyCostModel` over `topas.engines.latency.profile`), exactly
+    profile's predictions (`LatencyCostModel` over `topas.engines.latency.measured`), exactly
     what a simulator run with `backend.latency=profile` on that file hands its policies."""
     spec = os.environ.get(ENV_COST_MODEL) if spec is None else spec
     values: dict[str, Any] = {}
@@ -101,7 +101,7 @@ def load_cost_model(spec: str | Mapping[str, Any] | None = None, model_config: A
 
 def _profile_cost_model(values: dict[str, Any]) -> Any:
     from topas.engines.latency.costs import LatencyCostModel
-    from topas.engines.latency.profile import ProfileLatency
+    from topas.engines.latency.measured import ProfileLatency
 
     known = {"latency_profile", "bytes_per_token", "swap_bandwidth_bytes_per_s", "swap_latency_s"}
     unknown = sorted(set(values) - known)

@@ -26,6 +26,7 @@ import itertools
 import time as wallclock
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from topas.engines.latency.base import LatencyModel
 from topas.engines.sim.admission import KVPool
@@ -71,7 +72,7 @@ class SimEngine(Iterations):
         self.running: list[SimRequest] = []  # decoding
         self.chunked: SimRequest | None = None  # the one request mid chunked prefill
         self.requests: list[SimRequest] = []
-        self.timeline: list[tuple] = []
+        self.timeline: list[dict[str, Any]] = []
         self.stats = SimStats()
         self.new_token_ratio = min(cfg.init_new_token_ratio, 1.0)
         self._min_ratio = self.new_token_ratio * cfg.min_new_token_ratio_factor
@@ -239,21 +240,20 @@ class SimEngine(Iterations):
 
     # ------------------------------------------------------------------ records
     def _record(self, kind: str, batch: int, tokens: int, dt: float, steps: int = 1) -> None:
-        self.timeline.append(
-            (
-                self.now - dt,
-                dt,
-                kind,
-                steps,
-                batch,
-                tokens,
-                self.pool.used,
-                self.cache.device_tokens,
-                self.cache.evictable_tokens,
-                self.cache.host_tokens,
-                self.residency.resident_count(),
-                len(self.waiting),
-                len(self.running),
-            )
-        )
+        """One timeline row (`topas.results.TIMELINE`): the iteration or decode stretch that just ended."""
+        self.timeline.append({
+            "start": self.now - dt,
+            "duration": dt,
+            "kind": kind,
+            "steps": steps,
+            "batch_size": batch,
+            "tokens": tokens,
+            "kv_used_tokens": self.pool.used,
+            "tree_tokens": self.cache.device_tokens,
+            "evictable_tokens": self.cache.evictable_tokens,
+            "host_tokens": self.cache.host_tokens,
+            "resident_prefixes": self.residency.resident_count(),
+            "waiting": len(self.waiting),
+            "running": len(self.running),
+        })
         assert self.pool.used <= self.cfg.kv_pool_tokens, "KV pool exceeded"

@@ -31,8 +31,9 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from topas.config import ConfigError
 from topas.engines.sglang.client.backend_config import (  # noqa: F401 - SGLangBackendConfig: conf/backend/sglang.yaml's schema (topas.config)
@@ -48,6 +49,10 @@ from topas.engines.sglang.client.backend_config import (  # noqa: F401 - SGLangB
 )
 from topas.engines.sglang.client.shared_server import ServerLease, reset_logs, server_key
 from topas.results import RunRecord
+
+if TYPE_CHECKING:
+    from topas.engines.sglang.client.driver import DriverConfig
+    from topas.engines.sglang.client.server import ServerConfig
 
 WARMUP_IDS = (0, 1, 2)  # below driver.TOKEN_ID_OFFSET: never a prefix of a replayed prompt
 DEATH_GRACE_S = 5.0  # after a failed request: how long the server may take to be seen dead
@@ -159,19 +164,28 @@ def _check_outputs(calls: list[dict], log: Path) -> None:
             )
 
 
-def run_sglang(ctx) -> tuple[RunRecord, float]:
-    """Run `ctx.trace` on a real SGLang server with `ctx.scheduler` as the policy."""
-    from topas.engines.sglang.client.driver import DriverConfig, DriverError
-    from topas.engines.sglang.client.records import sglang_record
+@dataclass
+class RunSetup:
+    """What a run resolves before it starts a server (step 1 of the module docstring)."""
+
+    backend: SGLangBackendConfig
+    python: str  # the interpreter that runs sglang
+    profile: str  # "cpu" | "gpu"
+    model_dir: Path
+    server_kw: dict[str, Any]  # ServerConfig keyword arguments
+    extra_args: list[str]  # extra launch arguments
+    token_scale: float
+    trace: Any  # the trace as replayed (scaled by token_scale and time_scale)
+    version: str | None  # the installed sglang's
+    costs: dict[str, Any] | None  # the cost model handed to the policy inside the server
+    policy: str  # the scheduler the plugin runs
+    policy_params: dict[str, Any]
+
+
+def resolve_setup(ctx) -> RunSetup:
+    """Check the options and sglang's install; resolve profile, model folder, token scale and cost model."""
     from topas.engines.sglang.client.scaling import scale_trace
-    from topas.engines.sglang.client.server import (
-        ServerConfig,
-        SGLangNotInstalled,
-        SGLangServer,
-        SGLangServerError,
-        check_sglang_importable,
-    )
-    from topas.engines.sglang.jsonl import read_jsonl
+    from topas.engines.sglang.client.server import SGLangNotInstalled, check_sglang_importable
 
     b: SGLangBackendConfig = ctx.backend
     check_config(b)
@@ -193,72 +207,112 @@ def run_sglang(ctx) -> tuple[RunRecord, float]:
     if version is not None and version != PINNED_SGLANG:
         print(f"warning: sglang {version} installed; this backend is pinned to {PINNED_SGLANG}", file=sys.stderr)
     costs = resolve_cost_model(b, profile, ctx.model, ctx.gpu)
-    files = reset_logs(Path(ctx.out_dir))
-    run_log = files["server"]  # where errors point: the run folder's server log (a kept server's is copied there)
-    policy, params = ctx.scheduler.name, dict(ctx.scheduler.params or {})
+    return RunSetup(b, python, profile, mdir, kw, extra, scale, trace, version, costs,
+                    ctx.scheduler.name, dict(ctx.scheduler.params or {}))
 
-    def server_config(logs: dict[str, Path]) -> ServerConfig:
-        return ServerConfig(
-            model_path=mdir, extra_args=extra, policy=policy, policy_params=params,
-            decision_log=logs["decisions"], iteration_log=logs["iterations"], log_path=logs["server"],
-            cost_model=costs, python=python, **kw,
-        )
 
-    key = server_key(server_config(files)) if b.reuse_server else None
-    lease = ServerLease(lambda logs: SGLangServer(server_config(logs)), files, key)
-    srv, fresh = lease.server, lease.fresh
-    keep = False
-    meta: dict[str, Any] = {}
-    dcfg = DriverConfig(
+def server_config(setup: RunSetup, logs: dict[str, Path]) -> ServerConfig:
+    """The server of this run, its logs in `logs`."""
+    from topas.engines.sglang.client.server import ServerConfig
+
+    return ServerConfig(
+        model_path=setup.model_dir, extra_args=setup.extra_args, policy=setup.policy, policy_params=setup.policy_params,
+        decision_log=logs["decisions"], iteration_log=logs["iterations"], log_path=logs["server"],
+        cost_model=setup.costs, python=setup.python, **setup.server_kw,
+    )
+
+
+def driver_config(setup: RunSetup, ctx) -> DriverConfig:
+    """The driver's settings; its `base_url` is set once the server is up."""
+    from topas.engines.sglang.client.driver import DriverConfig
+
+    b = setup.backend
+    return DriverConfig(
         base_url="http://unset",
-        vocab_size=_vocab_size(mdir, ctx.model),
+        vocab_size=_vocab_size(setup.model_dir, ctx.model),
         hint_channel=b.hint_channel,
         request_timeout_s=b.request_timeout_s,
         stream=b.stream,
         on_task_done=(lambda _tid: ctx.progress(1)) if ctx.progress is not None else None,
         reuse_bounds=False,
     )
+
+
+def start_or_switch(srv, fresh: bool, setup: RunSetup, run_log: Path) -> None:
+    """Start a fresh server, or give a kept one a fresh policy instance (the plugin forgets the last replay)."""
+    from topas.engines.sglang.client.server import SGLangServerError
+
     try:
-        try:
-            if fresh:
-                srv.start()
-            else:
-                srv.set_policy(policy, params)  # a fresh policy instance; the plugin forgets the last replay
-        except SGLangServerError as e:
-            raise SGLangRunError(str(e).replace(str(srv.log_path), str(run_log))) from None
-        except OSError as e:  # the kept server did not answer the policy switch
-            raise SGLangRunError(f"policy switch on the kept server failed: {e}: {_log_hint(srv, run_log)}") from None
+        if fresh:
+            srv.start()
+        else:
+            srv.set_policy(setup.policy, setup.policy_params)
+    except SGLangServerError as e:
+        raise SGLangRunError(str(e).replace(str(srv.log_path), str(run_log))) from None
+    except OSError as e:  # the kept server did not answer the policy switch
+        raise SGLangRunError(f"policy switch on the kept server failed: {e}: {_log_hint(srv, run_log)}") from None
+
+
+def prepare_for_replay(srv, fresh: bool, b: SGLangBackendConfig, run_log: Path) -> None:
+    """Warm-up requests on a fresh server; an empty prefix cache either way."""
+    try:
+        warm_up(srv, b.warmup_requests if fresh else 0, timeout=b.request_timeout_s)
+        if not fresh:
+            flush_when_idle(srv)
+    except OSError as e:  # ServerRequestError: an error status or no answer
+        raise SGLangRunError(f"warm-up request failed: {e}: {_log_hint(srv, run_log)}") from None
+
+
+def replay(srv, trace, dcfg, meta: dict[str, Any], b: SGLangBackendConfig, run_log: Path) -> list[dict]:
+    """The driver's replay of `trace`; a failed request is reported with the server's state."""
+    from topas.engines.sglang.client.driver import DriverError
+
+    try:
+        return asyncio.run(_replay_watched(srv, trace, dcfg, meta, b.replay_timeout_s, run_log))
+    except DriverError as e:
+        if _died(srv, DEATH_GRACE_S):
+            raise SGLangRunError(f"sglang server died during the replay ({e}): {_log_hint(srv, run_log)}") from None
+        raise SGLangRunError(f"{e} {_log_hint(srv, run_log)}") from None
+
+
+def serve_and_replay(lease: ServerLease, setup: RunSetup, ctx, meta: dict[str, Any], run_log: Path) -> list[dict]:
+    """Steps 2-5: start (or switch) the server, warm up, replay; the lease keeps or stops the
+    server on every exit path (a kept server only after a successful replay)."""
+    srv, fresh = lease.server, lease.fresh
+    dcfg = driver_config(setup, ctx)
+    keep = False
+    try:
+        start_or_switch(srv, fresh, setup, run_log)
         dcfg.base_url = srv.base_url
-        try:
-            warm_up(srv, b.warmup_requests if fresh else 0, timeout=b.request_timeout_s)
-            if not fresh:
-                flush_when_idle(srv)
-        except OSError as e:  # ServerRequestError: an error status or no answer
-            raise SGLangRunError(f"warm-up request failed: {e}: {_log_hint(srv, run_log)}") from None
-        try:
-            calls = asyncio.run(_replay_watched(srv, trace, dcfg, meta, b.replay_timeout_s, run_log))
-        except DriverError as e:
-            if _died(srv, DEATH_GRACE_S):
-                raise SGLangRunError(f"sglang server died during the replay ({e}): {_log_hint(srv, run_log)}") from None
-            raise SGLangRunError(f"{e} {_log_hint(srv, run_log)}") from None
+        prepare_for_replay(srv, fresh, setup.backend, run_log)
+        calls = replay(srv, setup.trace, dcfg, meta, setup.backend, run_log)
         keep = True
     except KeyboardInterrupt:
         srv.stop()
         raise SGLangRunError(f"interrupted; the sglang server was stopped (log: {run_log})") from None
     finally:
         lease.release(keep)
-    with open(files["calls"], "w", encoding="utf-8") as f:
-        for c in calls:
-            f.write(json.dumps(c) + "\n")
-    _check_outputs(calls, files["server"])
+    return calls
+
+
+def decision_log(files: dict[str, Path], lease: ServerLease) -> list[dict]:
+    """The run's decision log, led by the plugin's `start` event (a kept server logged it during its first run)."""
+    from topas.engines.sglang.jsonl import read_jsonl
+
     decisions = read_jsonl(files["decisions"])
     if not any(d.get("event") == "start" for d in decisions):
-        start = lease.start_event()  # a kept server logged it during its first run
+        start = lease.start_event()
         decisions = ([start] if start else []) + decisions
+    return decisions
+
+
+def engine_facts(setup: RunSetup, srv, fresh: bool) -> dict[str, Any]:
+    """The run's facts about the real engine, for the summary."""
+    b = setup.backend
     engine = {
-        "sglang_version": version,
-        "profile": profile,
-        "token_scale": scale,
+        "sglang_version": setup.version,
+        "profile": setup.profile,
+        "token_scale": setup.token_scale,
         "time_scale": b.time_scale,
         "server_startup_s": round(srv.startup_s, 3) if fresh and srv.startup_s is not None else 0.0,
         "server_reused": not fresh,
@@ -266,9 +320,29 @@ def run_sglang(ctx) -> tuple[RunRecord, float]:
     }
     if not b.enable_hierarchical_cache:
         engine["swap_out_bytes"] = 0  # no host tier; with HiCache the write-back volume is not observable
+    return engine
+
+
+def run_sglang(ctx) -> tuple[RunRecord, float]:
+    """Run `ctx.trace` on a real SGLang server with `ctx.scheduler` as the policy."""
+    from topas.engines.sglang.client.records import sglang_record
+    from topas.engines.sglang.client.server import SGLangServer
+    from topas.engines.sglang.jsonl import read_jsonl
+
+    setup = resolve_setup(ctx)
+    files = reset_logs(Path(ctx.out_dir))
+    run_log = files["server"]  # where errors point: the run folder's server log (a kept server's is copied there)
+    key = server_key(server_config(setup, files)) if setup.backend.reuse_server else None
+    lease = ServerLease(lambda logs: SGLangServer(server_config(setup, logs)), files, key)
+    meta: dict[str, Any] = {}
+    calls = serve_and_replay(lease, setup, ctx, meta, run_log)
+    with open(files["calls"], "w", encoding="utf-8") as f:
+        for c in calls:
+            f.write(json.dumps(c) + "\n")
+    _check_outputs(calls, files["server"])
     record = sglang_record(
-        trace, calls, meta["t0_wall"], ctx.warmup_fraction,
-        decisions=decisions, iterations=read_jsonl(files["iterations"]), engine=engine,
+        setup.trace, calls, meta["t0_wall"], ctx.warmup_fraction, decisions=decision_log(files, lease),
+        iterations=read_jsonl(files["iterations"]), engine=engine_facts(setup, lease.server, lease.fresh),
     )
     return record, float(meta.get("wall_s", math.nan))
 

@@ -7,7 +7,7 @@ the policy configuration (a bad name or parameter stops the server at launch wit
 one-line message) and registers three hooks with
 `sglang.srt.plugins.hook_registry.HookRegistry`; they only act in the scheduler process.
 `TOPAS_ITERATION_LOG` alone (with or without a policy) registers the fourth hook, so a
-plain SGLang server can be profiled (`tools/profile.py`).
+plain SGLang server can be profiled (`tools/profiler.py`).
 
 Modules (paths under topas/engines/sglang/): `plugin/controller.py` (observe, decide,
 apply; the decision log's events), `plugin/iteration_log.py` (hook 4's records),

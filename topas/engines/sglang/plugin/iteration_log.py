@@ -1,7 +1,7 @@
 """The engine's timeline, observed inside the scheduler after each batch result
 (plugin hook 4, `TOPAS_ITERATION_LOG`): one JSONL record per prefill iteration or decode
 stretch. The run records' timeline and first-token times, and the latency profiler
-(`tools/profile.py`), read it."""
+(`tools/profiler.py`), read it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Access to a running SGLang server for measurements (`profile.py`): a minimal HTTP client
+"""Access to a running SGLang server for measurements (`profiler.py`): a minimal HTTP client
 (one pooled `httpx.Client`, shared by the profiler's threads) that sends token ids with exact
 output lengths, the plugin's iteration log read as it grows,
 and the server settings the simulator must copy."""

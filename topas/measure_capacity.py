@@ -5,8 +5,8 @@ t = 0 (saturated): finished tasks / (last finish - first arrival). Loads in expe
 configs are fractions of it. Results go to topas/workloads/data/capacity.yaml for the default
 model/GPU pair (Qwen2.5-32B, A100-80GB), to data/capacity/<model>__<gpu>.yaml for any other.
 
-    python -m topas.capacity                          # all five workloads, default model/GPU
-    python -m topas.capacity --workloads dag4 --num-tasks 200 model=qwen2_5_14b
+    python -m topas.measure_capacity                          # all five workloads, default model/GPU
+    python -m topas.measure_capacity --workloads dag4 --num-tasks 200 model=qwen2_5_14b
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def main() -> None:
             table = yaml.safe_load(out.read_text()) or {}
         table[w] = entry
         print(f"{w:12s} {entry['tasks_per_s']:.5f} tasks/s  ({entry['num_tasks']} tasks at t=0, FCFS, {entry['model']}/{entry['gpu']})")
-    header = "# Workload capacity: FCFS task throughput, all tasks at t=0 (docs/protocol.md).\n# Written by `python -m topas.capacity`; loads are fractions of these.\n"
+    header = "# Workload capacity: FCFS task throughput, all tasks at t=0 (docs/protocol.md).\n# Written by `python -m topas.measure_capacity`; loads are fractions of these.\n"
     out.write_text(header + yaml.safe_dump(table, sort_keys=True))
 
 

@@ -1,5 +1,5 @@
 """Measured latency profile: iteration latency interpolated from a file measured on a real
-server (`python -m topas.engines.sglang.tools.profile`), registered as latency model "profile":
+server (`python -m topas.engines.sglang.tools.profiler`), registered as latency model "profile":
 
     python run.py backend=sim backend.latency=profile backend.latency_profile=<file>
 
@@ -279,5 +279,5 @@ def build_profile(model: ModelSpec, gpu: GpuSpec, path: str | Path | None = None
         raise ValueError(f"latency model 'profile': unknown option(s) {sorted(kw)}")
     if not path:
         raise ProfileError("latency model 'profile' needs a file: set backend.latency_profile=<file> "
-                           "(measure one with python -m topas.engines.sglang.tools.profile)")
+                           "(measure one with python -m topas.engines.sglang.tools.profiler)")
     return ProfileLatency.from_file(path)

@@ -1,9 +1,9 @@
 """Measure a running SGLang server's iteration latency and write a latency profile
-(`topas/engines/latency/profile.py` documents the file and how the simulator reads it).
+(`topas/engines/latency/measured.py` documents the file and how the simulator reads it).
 
-    python -m topas.engines.sglang.tools.profile --out profile.json                 # starts its own CPU server (tiny model)
-    python -m topas.engines.sglang.tools.profile --device gpu --model-path DIR --out p.json   # its own GPU server
-    python -m topas.engines.sglang.tools.profile --url http://127.0.0.1:30000 \\
+    python -m topas.engines.sglang.tools.profiler --out profile.json                 # starts its own CPU server (tiny model)
+    python -m topas.engines.sglang.tools.profiler --device gpu --model-path DIR --out p.json   # its own GPU server
+    python -m topas.engines.sglang.tools.profiler --url http://127.0.0.1:30000 \\
         --iteration-log /path/iterations.jsonl --out p.json                   # a server already running
 
 Source of the timings: the plugin's iteration log (`../plugin/iteration_log.py`, hook on
@@ -55,8 +55,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from topas.engines.latency.profile import FORMAT
-from topas.engines.sglang.tools.profile_io import Client, IterationTail, ProfileRunError, median_or_none, server_facts
+from topas.engines.latency.measured import FORMAT
+from topas.engines.sglang.tools.profiler_io import Client, IterationTail, ProfileRunError, median_or_none, server_facts
 
 
 @dataclass(frozen=True)
@@ -255,7 +255,7 @@ def measure(client: Client, iteration_log: str | Path, grid: Grid, context_len: 
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "server": facts,
             "grid": asdict(grid),
-            "method": "topas.engines.sglang.tools.profile: plugin iteration log, medians over repeats",
+            "method": "topas.engines.sglang.tools.profiler: plugin iteration log, medians over repeats",
             "measure_s": round(time.monotonic() - t0, 1),
         },
         "prefill": {"extend_tokens": list(grid.prefill_extend), "prefix_tokens": list(grid.prefill_prefix), "seconds": pre},
@@ -263,7 +263,7 @@ def measure(client: Client, iteration_log: str | Path, grid: Grid, context_len: 
         "request_latency_s": trip,
         "samples": pre_samples + dec_samples + [dict(kind="prefill_batch", **b) for b in batched],
     }
-    from topas.engines.latency.profile import ProfileLatency
+    from topas.engines.latency.measured import ProfileLatency
 
     single = ProfileLatency(data, source="measured profile")
     data["prefill_batch_shared_s"] = batch_shared_seconds(batched, single.prefill)
@@ -272,7 +272,7 @@ def measure(client: Client, iteration_log: str | Path, grid: Grid, context_len: 
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m topas.engines.sglang.tools.profile", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m topas.engines.sglang.tools.profiler", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="profile file to write (JSON)")
     ap.add_argument("--url", default=None, help="a running server (with --iteration-log); default: start one")
     ap.add_argument("--iteration-log", default=None, help="the TOPAS_ITERATION_LOG file of the server at --url")
