@@ -1,9 +1,10 @@
 """One look for every figure: a fixed colour and marker per scheduler, readable names, and the
 caption line (model, GPU, load, seeds, tasks).
 
-Colours follow the scheduler registry (topas/policy/registry.py) in a stable order: the main
-experiment's scheduler list (conf/experiment/main.yaml), then every other registered name
-sorted. A scheduler therefore keeps its colour in every figure, whatever subset it shows.
+Colours follow the scheduler registry (topas/policy/registry.py) in a stable order: the paper's
+schedulers as the load sweep lists them (conf/experiment/load_sweep.yaml), then every other
+registered name sorted. A scheduler therefore keeps its colour in every figure, whatever subset
+it shows, and a new scheduler gets its slot without an edit here.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import seaborn as sns
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-MAIN_EXPERIMENT = ROOT / "conf" / "experiment" / "main.yaml"
+# its explicit scheduler list is the paper's set, in the paper's order (main.yaml sweeps every scheduler)
+PAPER_EXPERIMENT = ROOT / "conf" / "experiment" / "load_sweep.yaml"
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "d", "H", "8"]
 PAPER_COLOR = "black"  # the paper's published values, in every figure
 CI_NOTE = "error bars: 95% Student-t CI over seeds"
@@ -46,12 +48,13 @@ GPU_LABELS = {"a100_80gb": "A100-80GB", "h100_80gb": "H100-80GB", "h200": "H200"
 
 @lru_cache(maxsize=1)
 def scheduler_order() -> tuple[str, ...]:
-    """Registered schedulers: main.yaml's list first (the paper's set leads), then the rest sorted."""
+    """Registered schedulers: the paper's set first (load_sweep.yaml's list, in its order), then the rest sorted."""
     from topas.policy.registry import policy_names  # imports baselines and topas.scheduler: registers them
+    from topas.sweep import sweep_choices
 
     registered = policy_names()
-    listed = yaml.safe_load(MAIN_EXPERIMENT.read_text())["hydra"]["sweeper"]["params"]["scheduler"].split(",")
-    first = [s.strip() for s in listed if s.strip() in registered]
+    listed = sweep_choices("scheduler", yaml.safe_load(PAPER_EXPERIMENT.read_text())["hydra"]["sweeper"]["params"]["scheduler"])
+    first = [s for s in listed if s in registered]
     return tuple(first + sorted(set(registered) - set(first)))
 
 

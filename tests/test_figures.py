@@ -19,12 +19,16 @@ from analysis import display, figures, style, tables
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_scheduler_order_follows_main_yaml_then_the_registry():
+def test_scheduler_order_is_the_papers_set_then_the_registry_sorted():
     from topas.policy.registry import policy_names
+    from topas.sweep import sweep_choices
 
-    listed = yaml.safe_load((ROOT / "conf/experiment/main.yaml").read_text())["hydra"]["sweeper"]["params"]["scheduler"]
+    listed = yaml.safe_load((ROOT / "conf/experiment/load_sweep.yaml").read_text())["hydra"]["sweeper"]["params"]
+    paper = sweep_choices("scheduler", listed["scheduler"])  # the paper's set, in the paper's order
+    assert paper == ["fcfs", "lpm", "parrot_fcfs", "autellix_las", "spf", "topas"]
     order = style.scheduler_order()
-    assert list(order[:len(listed.split(","))]) == listed.split(",")
+    assert list(order[:len(paper)]) == paper
+    assert list(order[len(paper):]) == sorted(set(policy_names()) - set(paper))
     assert set(order) == set(policy_names())
     assert len({style.color(s) for s in order}) == len(order)  # no two schedulers share a colour
     assert style.ordered(["topas", "fcfs"]) == ["fcfs", "topas"]

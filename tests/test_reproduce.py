@@ -85,14 +85,6 @@ def test_launcher_configs_compose():
 
 
 # ------------------------------------------------------------------ grids: conf/experiment is their one definition
-def _values(v: str) -> set[str]:
-    """The values of a Hydra sweep list (`a,b,c` or `range(a,b)`)."""
-    v = str(v)
-    if v.startswith("range(") and v.endswith(")"):
-        return {str(i) for i in range(*map(int, v[6:-1].split(",")))}
-    return set(v.split(","))
-
-
 def _grid_files():
     from topas.reproduce import EXPERIMENTS
 
@@ -127,8 +119,8 @@ def test_every_reduced_grid_is_a_sub_grid_of_its_experiment():
         assert cfg["defaults"] == [exp, "_self_"], f"{f.name} extends {exp}.yaml"
         full, small = sweep_params(exp), sweep_params(f.stem)
         assert set(small) == set(full), f"{f.name}: sweeps other keys than {exp}.yaml"
-        for key in full:
-            assert _values(small[key]) <= _values(full[key]), f"{f.name}: {key}={small[key]} is not in {exp}.yaml's grid"
+        for key in full:  # sweep_params: each list expanded to its choices (comma list, range, glob)
+            assert set(small[key]) <= set(full[key]), f"{f.name}: {key}={small[key]} is not in {exp}.yaml's grid"
         grid = f.stem[len(exp) + 1:]
         if grid in ("quick", "default", "real"):  # the runs folder is named as reproduce names it on the simulator
             assert cfg["experiment_name"] == experiment_name(exp, grid), f.name
@@ -138,9 +130,24 @@ def test_the_reduced_grids_compose_and_expand_to_their_sweep_lists():
     from topas.reproduce import GRIDS, sweep_overrides
     from topas.sweep import expand
 
-    assert set(_values(GRIDS["main"]["quick"]["workload"])) == {"chain3", "dag4", "metagpt_sop"}
-    jobs = expand(sweep_overrides("main", "quick", "sim", [], Path("/tmp/runs")))
-    n = 1
-    for v in GRIDS["main"]["quick"].values():
-        n *= len(_values(v))
-    assert len(jobs) == n and all("+experiment=main_quick" in j for j in jobs)
+    assert set(GRIDS["main"]["quick"]["workload"]) == {"chain3", "dag4", "metagpt_sop"}
+    for grid in ("quick", "default"):  # the default grid sweeps main.yaml's glob over conf/scheduler
+        jobs = expand(sweep_overrides("main", grid, "sim", [], Path("/tmp/runs")))
+        n = 1
+        for v in GRIDS["main"][grid].values():
+            n *= len(v)
+        assert len(jobs) == n and all(f"+experiment=main_{grid}" in j for j in jobs)
+        assert {o for j in jobs for o in j if o.startswith("scheduler=")} == {
+            f"scheduler={s}" for s in GRIDS["main"][grid]["scheduler"]}
+
+
+def test_sweep_choices_expands_a_list_a_range_a_plain_value_and_a_glob_over_a_config_group():
+    from topas.sweep import sweep_choices
+
+    assert sweep_choices("workload", "chain3,dag4") == ["chain3", "dag4"]
+    assert sweep_choices("seed", "range(0,3)") == ["0", "1", "2"]
+    assert sweep_choices("workload.load", 0.7) == ["0.7"]
+    files = sorted(p.stem for p in (ROOT / "conf" / "scheduler").glob("*.yaml"))
+    assert sweep_choices("scheduler", "glob(*)") == files
+    assert sweep_choices("scheduler", "glob(*,exclude=[*_base,*_no_*])") == [
+        f for f in files if not (f.endswith("_base") or "_no_" in f)]

@@ -15,11 +15,11 @@ SCHEDULERS = builtin_policy_names()
 MAIN_ROWS = [n for n in SCHEDULERS if not is_ablation(n)]
 
 
-def _sweep_list(overrides, key: str) -> set[str]:
-    """The comma list a Hydra sweep gives `key` (overrides as `key=a,b` strings or a params mapping)."""
-    if isinstance(overrides, dict):
-        return set(str(overrides[key]).split(","))
-    return {v for o in overrides if o.split("=", 1)[0] == key for v in o.split("=", 1)[1].split(",")}
+def _sweep_list(params, key: str) -> set[str]:
+    """The values a Hydra sweep gives `key` (a comma list, range or glob over conf/<key>/: topas.sweep.sweep_choices)."""
+    from topas.sweep import sweep_choices
+
+    return set(sweep_choices(key, params[key]))
 
 
 def test_every_registered_scheduler_has_a_config_file_and_every_config_file_a_scheduler():
@@ -55,7 +55,7 @@ def test_the_main_experiment_grid_covers_every_scheduler_but_the_ablation_varian
 def test_the_reproduction_grid_of_the_main_experiment_covers_every_scheduler_but_the_ablation_variants():
     from topas.reproduce import GRIDS
 
-    assert sorted(_sweep_list(GRIDS["main"]["default"], "scheduler")) == MAIN_ROWS
+    assert sorted(GRIDS["main"]["default"]["scheduler"]) == MAIN_ROWS  # expanded sweep choices
 
 
 def test_the_ablation_grid_holds_the_variants_and_their_parent():

@@ -79,20 +79,29 @@ def grid_config(exp: str, grid: str, backend: str = "sim", cpu: bool = False) ->
     raise ValueError(f"experiment {exp} has no '{grid}' grid (no conf/experiment/{exp}_{grid}.yaml)")
 
 
-def sweep_params(name: str) -> dict[str, str]:
-    """The sweep lists of conf/experiment/<name>.yaml: its `hydra.sweeper.params` over those of the
-    experiments it extends (its `defaults`), as Hydra merges them."""
+def _sweep_values(name: str) -> dict[str, str]:
+    """The sweep values as written: `hydra.sweeper.params` of conf/experiment/<name>.yaml over
+    those of the experiments it extends (its `defaults`), as Hydra merges them."""
     cfg = yaml.safe_load((EXPERIMENT_DIR / f"{name}.yaml").read_text()) or {}
     params: dict[str, str] = {}
     for parent in cfg.get("defaults") or []:
         if isinstance(parent, str) and parent != "_self_":
-            params.update(sweep_params(parent))
+            params.update(_sweep_values(parent))
     own = ((cfg.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
     return {**params, **{k: str(v) for k, v in own.items()}}
 
 
-# experiment -> grid -> its sweep lists, read from conf/experiment (the reduced simulator grids)
-GRIDS: dict[str, dict[str, dict[str, str]]] = {
+def sweep_params(name: str) -> dict[str, list[str]]:
+    """The sweep lists of conf/experiment/<name>.yaml (over those of the experiments it extends),
+    each expanded to its choices (`topas.sweep.sweep_choices`: a comma list, a range, or a glob
+    over a config group such as main.yaml's schedulers)."""
+    from topas.sweep import sweep_choices
+
+    return {k: sweep_choices(k, v) for k, v in _sweep_values(name).items()}
+
+
+# experiment -> grid -> key -> its sweep choices, read from conf/experiment (the reduced simulator grids)
+GRIDS: dict[str, dict[str, dict[str, list[str]]]] = {
     exp: {g: sweep_params(f"{exp}_{g}") for g in ("quick", "default") if _has_config(f"{exp}_{g}")}
     for exp in EXPERIMENTS
 }
@@ -261,6 +270,9 @@ def main() -> None:
         if a.dry_run:
             for exp, (_, jobs) in plans.items():
                 print(f"  {experiment_name(exp, a.grid, a.backend)}: {len(jobs)} runs, e.g. {' '.join(jobs[0]) if jobs else '-'}")
+                schedulers = list(dict.fromkeys(o.split("=", 1)[1] for j in jobs for o in j if o.startswith("scheduler=")))
+                if schedulers:
+                    print(f"    schedulers ({len(schedulers)}): {','.join(schedulers)}")
             print("dry run: nothing was started")
             return
         log_dir.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,9 @@
 """Sweeps are Hydra multiruns (`run.py -m`, any Hydra launcher); this module drives them.
 
 - `expand` lists the jobs a multirun will launch (Hydra's own basic-sweeper expansion of the
-  experiment's `hydra.sweeper.params` plus the command-line overrides).
+  experiment's `hydra.sweeper.params` plus the command-line overrides); `sweep_choices` expands
+  one sweep value (a comma list, `range(...)`, or `glob(...)` over a config group such as
+  conf/scheduler, e.g. the main grid's `scheduler: glob(*,exclude=[*_base,*_no_*])`).
 - Every job appends its outcome (ok, cached, failed) to the sweep's manifest (`sweep_manifest`,
   a JSON-lines file); a job that never reports (a killed worker, an aborted sweep) is missing.
 - `run_sweep` starts one multirun, shows progress from the manifest, and returns one row per
@@ -19,7 +21,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,17 +46,42 @@ def _is_hydra(o: str) -> bool:
     return o.startswith(("hydra.", "hydra/", "+hydra", "++hydra"))
 
 
+@contextmanager
+def _overrides_parser() -> Iterator[Any]:
+    """Hydra's override parser with a config loader over conf/ (a `glob(...)` sweep lists the
+    options of its config group through it), valid inside the `with` block. Inside a running
+    Hydra app or an open `initialize_config_dir`, that context's loader is used."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if GlobalHydra.instance().is_initialized():
+        yield OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+        return
+    with initialize_config_dir(version_base=None, config_dir=CONF_DIR):
+        yield OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+
+
 def expand(overrides: Sequence[str]) -> list[list[str]]:
     """The task overrides of every job `run.py -m *overrides` launches, in launch order."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parser = OverridesParser.create()
     task = [o for o in overrides if not _is_hydra(o)]
-    fixed = [o for o, p in zip(task, parser.parse_overrides(task)) if not p.is_sweep_override()]
-    cfg = compose_config(fixed, hydra_config=True)
+    fixed = [o for o, p in zip(task, OverridesParser.create().parse_overrides(task)) if not p.is_sweep_override()]
+    cfg = compose_config(fixed, hydra_config=True)  # opens its own Hydra context: not inside the parser's
     params = [f"{k}={v}" for k, v in (cfg.hydra.sweeper.get("params") or {}).items()]
-    return BasicSweeper.split_arguments(parser.parse_overrides(params + task), None)[0]
+    with _overrides_parser() as parser:
+        return BasicSweeper.split_arguments(parser.parse_overrides(params + task), None)[0]
+
+
+def sweep_choices(key: str, value: Any) -> list[str]:
+    """The values one sweep gives `key`, as the multirun launches them: `value` is a sweep
+    list (`a,b,c`), a `range(...)`, a `glob(...)` over the config group `key` (its
+    conf/<key>/*.yaml names, sorted, less the excluded ones), or one plain value."""
+    with _overrides_parser() as parser:
+        (o,) = parser.parse_overrides([f"{key}={value}"])
+        return list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
 
 
 def job_key(overrides: Sequence[str]) -> str:
