@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from topas.policy import RequestInfo, SchedulerView
 from topas.policy.progress import remaining_calls
 from topas.scheduler import score as S
+from topas.scheduler.digest import stage_counts
 from topas.scheduler.search import RunningOption
 
 
@@ -16,11 +16,12 @@ class DecisionContext:
     """Per-decision facts shared by the helpers of `Topas.schedule`."""
 
     view: SchedulerView
-    active: dict
+    active: dict  # task -> waiting + running calls per stage (the tasks scored or running; Topas._task_states)
     waiting_by_task: dict
     running_by_task: dict
     wait_s: float
     step_s: float
+    remaining: dict = field(default_factory=dict)  # task -> remaining calls per stage (filled by Topas._task_states)
 
 
 class PreemptionCosts:
@@ -54,16 +55,18 @@ class PreemptionCosts:
         if prog is None:
             return 0.0
         tpl = view.templates[prog.template]
-        rem = remaining_calls(tpl, prog, ctx.active.get(r.task_id, {}))
-        waiting = Counter(w.stage for w in ctx.waiting_by_task.get(r.task_id, []))
-        waiting[r.stage] += 1
+        rem = ctx.remaining.get(r.task_id)
+        if rem is None:
+            rem = remaining_calls(tpl, prog, ctx.active.get(r.task_id, {}))
+        waiting = stage_counts(ctx.waiting_by_task.get(r.task_id, []))
+        waiting[r.stage] = waiting.get(r.stage, 0) + 1
         running = [x for x in ctx.running_by_task.get(r.task_id, []) if x.rid != r.rid]
         st = self._task_state(tpl, rem, waiting, running, ctx.wait_s, ctx.step_s)
         key = (st, r.stage)
         gain = self._victims.get(key)
         if gain is None:
             model = self._model(tpl)
-            admitted = Counter({s: n for s, n in waiting.items() if s != r.stage})
+            admitted = {s: n for s, n in waiting.items() if s != r.stage}
             admitted[r.stage] = waiting[r.stage] - 1
             gain = max(model.longest(st, admitted) - model.longest(st, waiting), 0.0)
             self._victims.put(key, gain)

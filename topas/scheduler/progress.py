@@ -23,7 +23,6 @@ Computed in reverse topological order, O(stages) per evaluation.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -51,10 +50,17 @@ class TaskState:
     tau: float  # smooth-max temperature (seconds)
     base: Mapping[str, float] = field(init=False, compare=False, hash=False, repr=False)
     waiting: Mapping[str, int] = field(init=False, compare=False, hash=False, repr=False)
+    _hash: int = field(init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "base", dict(self.base_items))
-        object.__setattr__(self, "waiting", dict(self.waiting_items))
+        d = self.__dict__  # derived fields, set past the frozen __setattr__
+        d["base"] = dict(self.base_items)
+        d["waiting"] = dict(self.waiting_items)
+        # the dataclass hash of the compared fields, computed once: states key the policy's caches
+        d["_hash"] = hash((self.base_items, self.waiting_items, self.wait_s, self.tau))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def of(cls, base: Mapping[str, float], waiting: Mapping[str, int], wait_s: float, tau: float) -> TaskState:
@@ -68,41 +74,49 @@ class PathModel:
         self.order = tuple(reversed(tpl.topo_order))
         self.children = {s: tpl.children[s] for s in tpl.stages}
         self.roots = tuple(s for s in tpl.topo_order if not tpl.stages[s].deps)
+        self._steps = tuple((s, self.children[s]) for s in self.order)
 
     def longest(self, st: TaskState, admitted: Mapping[str, int]) -> float:
         """L_i(H): `admitted` counts, per stage, the waiting calls in H."""
         f: dict[str, float] = {}
-        for s in self.order:
-            own = st.base.get(s, 0.0)
-            w = st.waiting.get(s, 0)
+        base, waiting, wait_s, tau = st.base, st.waiting, st.wait_s, st.tau
+        for s, kids in self._steps:
+            own = base.get(s, 0.0)
+            w = waiting.get(s, 0)
             if w:
-                own += st.wait_s * (w - admitted.get(s, 0)) / w
-            f[s] = own + lse((f[c] for c in self.children[s]), st.tau)
-        return lse((f[r] for r in self.roots), st.tau)
+                own += wait_s * (w - admitted.get(s, 0)) / w
+            # lse of no term is 0.0 and of one term the term itself (the common chain-shaped case)
+            if not kids:
+                f[s] = own + 0.0
+            elif len(kids) == 1:
+                f[s] = own + f[kids[0]]
+            else:
+                f[s] = own + lse([f[c] for c in kids], tau)
+        return lse([f[r] for r in self.roots], tau)
 
 
-def admission_chain(model: PathModel, st: TaskState, eligible: Counter) -> list[tuple[str, float]]:
+def admission_chain(model: PathModel, st: TaskState, eligible: Mapping[str, int]) -> list[tuple[str, float]]:
     """Greedy within one task: repeatedly admit the eligible waiting stage with the largest
     marginal Delta_task; returns [(stage, marginal gain)] in admission order. Sequential
     admissions accumulate (each gain is conditional on the ones before)."""
-    left = Counter(eligible)
-    admitted: Counter = Counter()
+    left = dict(eligible)
+    admitted: dict[str, int] = {}
     cur = model.longest(st, admitted)
     chain: list[tuple[str, float]] = []
     while left:
         best, best_l = None, cur
         for s in sorted(left):
-            admitted[s] += 1
+            n = admitted.get(s, 0)
+            admitted[s] = n + 1
             ln = model.longest(st, admitted)
-            admitted[s] -= 1
+            admitted[s] = n
             if best is None or ln < best_l - 1e-12:
                 best, best_l = s, ln
         assert best is not None
         chain.append((best, max(cur - best_l, 0.0)))
-        admitted[best] += 1
+        admitted[best] = admitted.get(best, 0) + 1
         left[best] -= 1
         if left[best] == 0:
             del left[best]
         cur = best_l
     return chain
-

@@ -21,6 +21,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from topas.scheduler import score as S
 from topas.scheduler.batch import BatchPricing
@@ -28,8 +29,7 @@ from topas.scheduler.batch import BatchPricing
 Chain = Sequence[tuple[str, float]]  # [(rid, age-weighted marginal gain)] of one task, in admission order
 
 
-@dataclass(frozen=True)
-class AgentOption:
+class AgentOption(NamedTuple):  # a tuple: built for every agent at every decision
     name: str
     tokens: int  # l_a
     forced: bool  # a kept running request uses it: it stays resident
@@ -39,7 +39,7 @@ class AgentOption:
     reload_s: float  # seconds to bring the prefix back later (V_reuse unit)
 
 
-@dataclass
+@dataclass(slots=True)
 class RunningOption:
     """A preemption candidate. Its cost (J_redo + J_revoke) may be given or computed on first use."""
 
@@ -81,6 +81,12 @@ class Problem:
     service_s: Mapping[str, float] = field(default_factory=dict)  # expected service of each waiting request
     _victims: list[RunningOption] | None = field(default=None, init=False, repr=False)
     _locked_demand: list[tuple[float, str]] | None = field(default=None, init=False, repr=False)
+    # per decision: tasks grouped by their agents, each group's first calls per R' pattern (_heads), and
+    # the blocked calls whose repair failed, rid -> (gain, smallest memory shortfall seen)
+    _groups: dict[frozenset[str], list[int]] | None = field(default=None, init=False, repr=False)
+    _group_heads: dict[tuple, list] = field(default_factory=dict, init=False, repr=False)
+    _repair_fails: dict[str, tuple[float, int]] = field(default_factory=dict, init=False, repr=False)
+    _agent_terms: tuple | None = field(default=None, init=False, repr=False)  # see _score
 
     def batch_locked(self) -> frozenset[str]:
         return frozenset(a for a, o in self.agents.items() if o.forced)
@@ -110,37 +116,68 @@ class Plan:
     preempt: list[str] = field(default_factory=list)
 
 
+def _heads(p: Problem, resident: frozenset[str]) -> list[tuple[float, int, int, Chain]]:
+    """Heap entries (-gain, task, index in chain, chain) of the first call of each task under R': of its
+    chain for its agents in R', or, for an overdue task with none in R', of its full chain (index -1).
+    Tasks with the same agents share R' membership, so each group's entries are built once per decision
+    and eligible set; chains not read yet are read in task order, as a task-by-task walk reads them."""
+    if p._groups is None:
+        p._groups = {}
+        for t, ags in p.task_agents.items():
+            p._groups.setdefault(ags, []).append(t)
+    cache = p._group_heads
+    keys, missing = [], {}
+    for ags in p._groups:
+        if ags <= resident:
+            key = (ags, ags)
+        else:
+            elig = ags & resident
+            key = (ags, elig if elig else None)
+        keys.append(key)
+        if key not in cache:
+            missing[ags] = key
+    if missing:
+        built: dict[tuple, list] = {key: [] for key in missing.values()}
+        for t, ags in p.task_agents.items():
+            key = missing.get(ags)
+            if key is None:
+                continue
+            if key[1] is not None:
+                ch = p.chain(t, key[1])
+                if ch:
+                    built[key].append((-ch[0][1], t, 0, ch))
+            elif t in p.overdue:  # no agent of this task is in R': its first call still competes by its own gain
+                ch = p.chain(t, ags)
+                if ch:
+                    built[key].append((-ch[0][1], t, -1, ch))
+        cache.update(built)
+    heap: list[tuple[float, int, int, Chain]] = []
+    for key in keys:
+        heap += cache[key]
+    return heap
+
+
 def greedy_pack(p: Problem, resident: frozenset[str], repair: bool = True) -> Plan:
     """Fill R' with admissions by gain; `repair`: then the preemption repair of blocked calls."""
-    mem = p.base_tokens + sum(p.agents[a].tokens for a in resident)
-    heap: list[tuple[float, int, int, int]] = []  # (-gain, task, index in chain, tie)
-    chains: dict[int, Chain] = {}
-    outside: dict[int, tuple[str, float]] = {}  # overdue tasks with no agent in R': their first call
+    agents, budget, tokens = p.agents, p.budget, p.request_tokens
+    mem = p.base_tokens + sum([agents[a].tokens for a in resident])
+    heap = _heads(p, resident)  # keys (-gain, task, index) are distinct: pops come in one order
+    heapq.heapify(heap)
     outside_agents: set[str] = set()
-    for t, ags in p.task_agents.items():
-        elig = ags & resident if not ags <= resident else ags
-        if not elig:
-            ch = p.chain(t, ags) if t in p.overdue else None
-            if ch:  # no agent of this task is in R': its first call still competes by its own gain
-                outside[t] = ch[0]
-                heapq.heappush(heap, (-ch[0][1], t, -1, 0))
-            continue
-        ch = p.chain(t, elig)
-        if ch:
-            chains[t] = ch
-            heapq.heappush(heap, (-ch[0][1], t, 0, 0))
     admit: list[str] = []
     gains: dict[str, float] = {}
     blocked: list[tuple[float, str]] = []
-    while heap and len(admit) < p.max_actions:
-        neg, t, i, _ = heapq.heappop(heap)
+    max_admit = p.max_actions
+    pop, push = heapq.heappop, heapq.heappush
+    while heap and len(admit) < max_admit:
+        neg, t, i, ch = pop(heap)
         if -neg <= 0:
             break
-        if i < 0:
-            rid, g = outside[t]
+        if i < 0:  # an overdue task's first call, outside R'
+            rid, g = ch[0]
             a = p.request_agent[rid]
-            d = p.request_tokens[rid] + p.agents[a].tokens
-            if mem + d > p.budget:
+            d = tokens[rid] + agents[a].tokens
+            if mem + d > budget:
                 blocked.append((g, rid))
                 continue
             mem += d
@@ -148,37 +185,40 @@ def greedy_pack(p: Problem, resident: frozenset[str], repair: bool = True) -> Pl
             gains[rid] = g
             outside_agents.add(a)
             continue
-        rid, g = chains[t][i]
-        d = p.request_tokens[rid]
-        if mem + d > p.budget:
+        rid, g = ch[i]
+        d = tokens[rid]
+        if mem + d > budget:
             blocked.append((g, rid))
             continue  # later items of this chain are conditional on this one: drop the chain
         mem += d
         admit.append(rid)
         gains[rid] = g
-        if i + 1 < len(chains[t]):
-            heapq.heappush(heap, (-chains[t][i + 1][1], t, i + 1, 0))
-    resident = resident | outside_agents  # an admitted overdue call brings its prefix into R'
+        if i + 1 < len(ch):
+            push(heap, (-ch[i + 1][1], t, i + 1, ch))
+    if outside_agents:
+        resident = resident | outside_agents  # an admitted overdue call brings its prefix into R'
     plan = Plan(resident, admit, gains, _score(p, resident, admit, gains, mem), mem, blocked)
     return preempt_repair(p, plan) if repair and p.running is not None and blocked else plan
 
 
 def _score(p: Problem, resident: frozenset[str], admit: list[str], gains: Mapping[str, float], mem: int) -> float:
     """J_admit - J_move + V_reuse of a state (R', Q'), seconds; `preempt_repair` adds - J_redo - J_revoke."""
-    w = p.weights
-    total = S.j_admit((g, 1.0) for g in gains.values())  # gains are already age-weighted
+    w, agents = p.weights, p.agents
+    if p._agent_terms is None:  # once per decision: (agent, l_a) of the prefixes on GPU, (n_a, reload) per agent
+        p._agent_terms = ([(a, o.tokens) for a, o in agents.items() if o.on_gpu],
+                          {a: (o.reuse_n, o.reload_s) for a, o in agents.items()})
+    on_gpu, reuse = p._agent_terms
+    total = S.j_admit([(g, 1.0) for g in gains.values()])  # gains are already age-weighted
     if w.move:
-        tasks_by_agent: dict[str, set[int]] = {}
-        for rid in admit:
-            tasks_by_agent.setdefault(p.request_agent[rid], set()).add(p.request_task[rid])
-        moves = [(p.agents[a].move_in_s, len(tasks_by_agent.get(a, ()))) for a in resident if not p.agents[a].on_gpu]
+        moves = [(agents[a].move_in_s, len({p.request_task[rid] for rid in admit if p.request_agent[rid] == a}))
+                 for a in resident if not agents[a].on_gpu]  # (seconds, tasks affected)
         # prefixes left out of R' only move when the batch needs their memory
-        out_tokens = sum(o.tokens for a, o in p.agents.items() if o.on_gpu and a not in resident)
+        out_tokens = sum([n for a, n in on_gpu if a not in resident])
         overflow = min(out_tokens, max(mem + out_tokens - p.budget, 0))
         moves.append((overflow * p.swap_s_per_token, 1))
         total -= S.j_move(moves)
     if w.reuse:
-        total += S.v_reuse(((p.agents[a].reuse_n, p.agents[a].reload_s) for a in resident), w.beta)
+        total += S.v_reuse([reuse[a] for a in resident], w.beta)
     if p.batch is not None:
         total -= _j_batch(p, admit, mem)
     return total
@@ -262,34 +302,52 @@ def _search(p: Problem, max_enumerate: int, memo: dict[frozenset[str], Plan]) ->
 
 def preempt_repair(p: Problem, plan: Plan) -> Plan:
     """Repair move: admit a blocked high-gain request by preempting running ones whose
-    J_redo + J_revoke is below its gain (tried in the candidates' proxy order), within K actions."""
+    J_redo + J_revoke is below its gain (tried in the candidates' proxy order), within K actions.
+    A candidate's cost is computed on its first use only (it may read the task-state cache)."""
     pool = p.victims()
     taken: set[str] = set()
     mem = plan.memory
+    max_actions, budget, agents, fails = p.max_actions, p.budget, p.agents, p._repair_fails
+    request_agent, request_tokens = p.request_agent, p.request_tokens
+    actions = len(plan.admit) + len(plan.preempt)
     for g, rid in sorted(plan.blocked, reverse=True):
-        if len(plan.admit) + len(plan.preempt) >= p.max_actions:
+        if actions >= max_actions:
             break
-        a = p.request_agent[rid]
-        need = mem + p.request_tokens[rid] + (0 if a in plan.resident else p.agents[a].tokens) - p.budget
+        a = request_agent[rid]
+        d = request_tokens[rid] + (0 if a in plan.resident else agents[a].tokens)
+        need = mem + d - budget
+        if not taken:
+            failed = fails.get(rid)
+            if failed is not None and failed[0] == g and need >= failed[1]:
+                # with no candidate taken, a larger shortfall walks the same candidates to the same
+                # failure (and reads no cost not yet computed): skip it
+                continue
+        task = p.request_task[rid]
         chosen, freed, cost = [], 0, 0.0
         for r in pool:
             if freed >= need:
                 break
-            if r.rid in taken or r.task_id == p.request_task[rid]:
+            if r.rid in taken or r.task_id == task:
                 continue
             chosen.append(r)
             freed += r.tokens
-            cost += r.cost()
+            c = r.cost_s
+            cost += r.cost() if callable(c) else c
             if cost >= g:
                 break
-        if freed < need or cost >= g or len(plan.admit) + len(plan.preempt) + len(chosen) + 1 > p.max_actions:
+        if freed < need or cost >= g:
+            if not taken:  # not skipped above: no smaller shortfall has failed for this gain
+                fails[rid] = (g, need)
+            continue
+        if actions + len(chosen) + 1 > max_actions:
             continue
         taken.update(r.rid for r in chosen)
         plan.preempt.extend(r.rid for r in chosen)
         plan.admit.append(rid)
         plan.gains[rid] = g
         plan.score += g - cost
-        mem += p.request_tokens[rid] + (0 if a in plan.resident else p.agents[a].tokens) - freed
+        mem += d - freed
         plan.resident = plan.resident | {a}
+        actions += len(chosen) + 1
     plan.memory = mem
     return plan

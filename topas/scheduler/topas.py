@@ -27,35 +27,29 @@ Estimates only: output lengths and service times come from `ServiceEstimator`
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 from topas.policy import Decision, Policy, RequestFinished, RequestInfo, RequestReady, Residency, SchedulerView, register_policy
 from topas.policy.estimates import Prior, ServiceEstimator
-from topas.policy.progress import active_stage_counts, remaining_calls
 from topas.scheduler import score as S
 from topas.scheduler.batch import BatchPricing, ReadyRates
-from topas.scheduler.ordering import group_by_agent
+from topas.scheduler.digest import group_calls
+from topas.scheduler.ordering import AdmissionOrder, group_by_agent, task_value
 from topas.scheduler.pins import safe_pins
 from topas.scheduler.preemption import DecisionContext, PreemptionCosts
-from topas.scheduler.progress import PathModel, TaskState, admission_chain
 from topas.scheduler.search import AgentOption, Problem, Weights, search
-from topas.workflow import WorkflowTemplate
+from topas.scheduler.task_model import TaskModel, two_digits
 
 _TYPICAL_CONTEXT = 4096
-_ESTIMATE_EPOCH = 8  # cached task states are refreshed after this many newly finished calls
 _MIN_SCORED = 8  # tasks always scored per decision (see Topas._candidate_tasks)
-
-
-def _two_digits(x: float) -> float:
-    """Coarse value for cache keys: W moves continuously, cached states should not."""
-    return float(f"{x:.2g}")
+_two_digits = two_digits  # coarse value for cache keys (task_model.py)
 
 
 @dataclass(frozen=True)
 class TopasParams:
     beta: float = 1.0  # V_reuse weight
-    rho: float = 4.0  # aging strength (tuned, conf/scheduler/topas.yaml)
+    rho: float = 16.0  # aging strength (tuned, conf/scheduler/topas.yaml)
     h_age: float = 60.0  # aging time scale (s)
     M: int = 6  # enumerate all prefix subsets when the free agent pool is at most M
     K: int = 64  # at most K admits + preempts per decision
@@ -68,36 +62,48 @@ class TopasParams:
     wait_ewma: float = 0.2  # smoothing of the observed queueing delay W
     prior_output_tokens: float = 256.0  # workload-independent prior (docs/policy_contract.md)
     work_conserving: bool = True  # after scored admissions, offer every other waiting request
-    preempt_margin: float = 0.5  # hysteresis: preempt only for a gain above (1 + margin) x (redo + revoke)
+    preempt_margin: float = 2.0  # hysteresis (tuned): preempt only for a gain above (1 + margin) x (redo + revoke)
     stop_at_first_misfit: bool = True  # stop the admission walk at a misfit (tuned; False = the contract's skip)
     score_overdue: bool = True  # a task whose call is overdue competes by its gain even outside R'
     overdue_factor: float = 2.0  # overdue: waiting longer than this many times max(W, the call's expected service)
     unpin_under_pressure: bool = True  # pin an idle prefix only in memory no running or listed call is expected to need
-    group_agents: bool = False  # admission list grouped by agent (ordering.group_by_agent)
+    admission_order: AdmissionOrder = AdmissionOrder.PLAN_BY_TASK  # ordering.py; GAIN: the search's order
+    pin_for_reuse: bool = False  # also pin idle prefixes for one-hop reuse (V_reuse); off: measured a throughput trap
     use_batch: bool = False  # J_batch: opening a prefix is charged the calls of locked agents it crowds out;
     # calls of agents outside R' are then deferred (not offered to the work-conserving fill)
 
     def __post_init__(self) -> None:
         from topas.checks import check_ranges  # a RangeError names the field (scheduler.params.<field> at start)
 
+        try:
+            object.__setattr__(self, "admission_order", AdmissionOrder(self.admission_order))
+        except ValueError:
+            raise ValueError(f"scheduler.params.admission_order: {self.admission_order!r} is not one of "
+                             f"{[o.value for o in AdmissionOrder]}") from None
+
         check_ranges(self, h_age="> 0", M=">= 0", K="> 0", beta=">= 0", rho=">= 0", preempt_margin=">= 0",
                      overdue_factor=">= 0")
 
 
 class _LRU(OrderedDict):
+    """Entries are put only on a miss (so in insertion order) and leave oldest first: the entry put
+    as the i-th is held while i >= puts - size."""
+
     def __init__(self, size: int) -> None:
         super().__init__()
         self.size = size
+        self.puts = 0
 
     def put(self, k, v) -> None:
         self[k] = v
         self.move_to_end(k)
+        self.puts += 1
         if len(self) > self.size:
             self.popitem(last=False)
 
 
 @register_policy("topas")
-class Topas(PreemptionCosts, Policy):
+class Topas(TaskModel, PreemptionCosts, Policy):
     """Full TOPAS. Ablations are subclasses that change parameter defaults (ablations.py)."""
 
     Params = TopasParams
@@ -112,10 +118,20 @@ class Topas(PreemptionCosts, Policy):
         # lambda_r of running requests, in units of W x aging (the scale gains are measured in),
         # so a credit revoked later is valued at the current W and aging, like a new admission.
         self.credit: dict[str, float] = {}
-        self._models: dict[str, PathModel] = {}
+        self._init_task_model()  # per-template tables and path models, per-task digests (task_model.py)
         self._chains = _LRU(4096)  # (task, signature, eligible) -> chain of (stage, gain)
-        self._states = _LRU(4096)  # (task, progress signature) -> TaskState
+        self._states = _LRU(4096)  # (task, progress signature) -> (TaskState, index of its put)
         self._victims = _LRU(4096)  # (TaskState, stage) -> gain of re-admitting a preempted call
+        self._weights = Weights(beta=p.beta, move=p.use_move, reuse=p.use_reuse)
+        self._reset_memos()
+
+    def _reset_memos(self) -> None:
+        """Per-decision memos of per-call estimates (the estimates change only between decisions)."""
+        self._kv_memo: dict[str, int] = {}
+        self._bucket_memo: dict[str, float] = {}
+        if getattr(self, "_time_epoch", None) != self.est.observed:  # stage times move only with the estimates
+            self._time_epoch = self.est.observed
+            self._time_memo: dict[tuple[str, str, float], tuple[float, float]] = {}
 
     # ------------------------------------------------------------------ learning
     def on_event(self, event) -> None:
@@ -142,11 +158,17 @@ class Topas(PreemptionCosts, Policy):
         return view.costs.decode_step_time(bs, _TYPICAL_CONTEXT)
 
     def _stage_time(self, agent: str, stage: str, step_s: float) -> tuple[float, float]:
-        mom = self.est.service_moments(agent, stage)
-        if mom is not None and self.est.observations(agent, stage) > 0:
-            return mom
-        m = self.est.output_tokens(agent, stage) * step_s
-        return m, 0.5 * m
+        key = (agent, stage, step_s)
+        out = self._time_memo.get(key)
+        if out is None:
+            mom = self.est.service_moments(agent, stage)
+            if mom is not None and self.est.observations(agent, stage) > 0:
+                out = mom
+            else:
+                m = self.est.output_tokens(agent, stage) * step_s
+                out = (m, 0.5 * m)
+            self._time_memo[key] = out
+        return out
 
     def _next_release_s(self, view: SchedulerView, step_s: float) -> float:
         """A lower bound of W: a call left waiting now waits at least until running calls release
@@ -161,70 +183,22 @@ class Topas(PreemptionCosts, Policy):
             total += m * self._residual_bucket(r) if r.admitted_time is not None else m
         return total / len(rs)
 
-    def _model(self, tpl: WorkflowTemplate) -> PathModel:
-        if tpl.name not in self._models:
-            self._models[tpl.name] = PathModel(tpl)
-        return self._models[tpl.name]
-
     # ------------------------------------------------------------------ decision
     def schedule(self, view: SchedulerView) -> Decision:
         p = self.params
+        self._reset_memos()
         self._observe_admissions(view)
         step_s = self._step_s(view)
         wait_s = _two_digits(max(self.wait_s, self._next_release_s(view, step_s), step_s))
-        active = active_stage_counts(view)
-        waiting_by_task: dict[int, list[RequestInfo]] = defaultdict(list)
-        for r in view.waiting:
-            waiting_by_task[r.task_id].append(r)
-        running_by_task: dict[int, list[RequestInfo]] = defaultdict(list)
-        for r in view.running:
-            running_by_task[r.task_id].append(r)
-
+        waiting_by_task, running_by_task = group_calls(view)
         scored = self._candidate_tasks(view, waiting_by_task)
-        states: dict[int, TaskState] = {}
-        reuse_n: Counter = Counter()
-        for tid, prog in view.tasks.items():
-            if tid not in scored and tid not in running_by_task:
-                continue  # between calls, or beyond what could be admitted now (left to the fill)
-            tpl = view.templates[prog.template]
-            rem = remaining_calls(tpl, prog, active.get(tid, {}))
-            if tid in scored:
-                states[tid] = self._task_state(tpl, rem, Counter(r.stage for r in waiting_by_task[tid]),
-                                               running_by_task.get(tid, []), wait_s, step_s)
-            for r in running_by_task.get(tid, []):
-                self._count_reuse(tpl, rem, active.get(tid, {}), r.stage, reuse_n)
-
+        ctx = DecisionContext(view, {}, waiting_by_task, running_by_task, wait_s, step_s)
+        states, reuse_n = self._task_states(ctx, scored)
         gain_weight = {tid: (S.aging(view.now, view.tasks[tid].arrival, p.rho, p.h_age) if p.use_aging else 1.0) for tid in states}
-        stage_rids = {tid: self._stage_rids(waiting_by_task[tid]) for tid in scored}
-
-        memo: dict[tuple[int, frozenset[str]], list[tuple[str, float]]] = {}
-
-        def chain(tid: int, eligible: frozenset[str]) -> list[tuple[str, float]]:
-            out = memo.get((tid, eligible))
-            if out is not None:
-                return out
-            st = states[tid]
-            tpl = view.templates[view.tasks[tid].template]
-            elig = Counter({s: len(rids) for s, rids in stage_rids[tid].items() if tpl.stages[s].agent in eligible})
-            key = (st, frozenset(elig.items()))
-            ch = self._chains.get(key)
-            if ch is None:
-                ch = admission_chain(self._model(tpl), st, elig)
-                self._chains.put(key, ch)
-            used: Counter = Counter()
-            out = []
-            for s, g in ch:
-                out.append((stage_rids[tid][s][used[s]], g * gain_weight[tid]))
-                used[s] += 1
-            memo[(tid, eligible)] = out
-            return out
-
-        ctx = DecisionContext(view, active, waiting_by_task, running_by_task, wait_s, step_s)
+        chain = self._chain_fn(view, states, waiting_by_task, gain_weight)
         problem = self._problem(view, {t: waiting_by_task[t] for t in scored}, reuse_n, chain, ctx)
         if p.score_overdue:  # no call waits behind resident agents for much longer than the expected wait W
-            problem.overdue = frozenset(t for t in scored if any(
-                view.now - r.ready_time > p.overdue_factor * max(wait_s, self._stage_time(r.agent, r.stage, step_s)[0])
-                for r in waiting_by_task[t]))
+            problem.overdue = self._overdue(view, scored, waiting_by_task, wait_s, step_s)
         if p.use_batch:
             problem.batch = self._batch_pricing(view, problem, reuse_n, gain_weight, ctx)
         plan = search(problem, p.M)
@@ -242,27 +216,58 @@ class Topas(PreemptionCosts, Policy):
         ranked = {rid: g for g, rid in plan.blocked if not deferred(problem.request_agent[rid])}
         ranked.update(plan.gains)
         admit = sorted(ranked, key=lambda rid: -ranked[rid])
+        n_plan = len(admit)
         if p.work_conserving:
             chosen = set(admit) | set(plan.preempt)
             rest = [r for r in view.waiting if r.rid not in chosen and not deferred(r.agent)]
             rest.sort(key=lambda r: (r.agent not in plan.resident, -gain_weight.get(r.task_id, 1.0), r.ready_time))
             admit += [r.rid for r in rest]
-        if p.group_agents:
-            admit = group_by_agent(admit, {r.rid: r.agent for r in view.waiting})
-        # Pin what R' holds for a purpose: prefixes of admitted requests, and prefixes kept for the
-        # one-hop reuse only while every waiting request is admitted (holding a prefix for later
-        # must not keep a ready request out now); a prefix whose requests stay waiting is not held
+        admit = self._order(admit, n_plan, view, problem, chain)
+        # Pin what R' holds for a purpose: prefixes of admitted requests, and (with pin_for_reuse) prefixes
+        # kept for the one-hop reuse only while every waiting request is admitted (holding a prefix for
+        # later must not keep a ready request out now); a prefix whose requests stay waiting is not held
         # against the batch either.
         used = {problem.request_agent[rid] for rid in plan.admit}
         keep_for_reuse = len(plan.admit) == len(view.waiting)
         want = [a for a in sorted(plan.resident | used, key=lambda a: (a not in used, a))
-                if a in used or (keep_for_reuse and problem.agents[a].reuse_n > 0)]
+                if a in used or (p.pin_for_reuse and keep_for_reuse and problem.agents[a].reuse_n > 0)]
         if p.unpin_under_pressure:
             expected = {r.rid: self.est.output_tokens(r.agent, r.stage) for r in view.running}
             pin = safe_pins(view, problem, plan.admit, [rid for _, rid in plan.blocked], want, expected)
         else:
             pin = frozenset(want)
         return Decision(admit=tuple(admit), pin=pin, preempt=tuple(plan.preempt), stop_at_first_misfit=p.stop_at_first_misfit)
+
+    def _order(self, admit: list[str], n_plan: int, view: SchedulerView, problem: Problem, chain) -> list[str]:
+        """The admission list's final order (ordering.AdmissionOrder); `admit[:n_plan]` is the plan's part
+        (admitted and blocked calls), the rest the work-conserving fill."""
+        order = self.params.admission_order
+        if order is AdmissionOrder.GAIN:
+            return admit
+        agent_of = {r.rid: r.agent for r in view.waiting}
+        if order is AdmissionOrder.AGENT_BY_CALL:
+            return group_by_agent(admit, agent_of)
+        values = {t: task_value(chain(t, ags)) for t, ags in problem.task_agents.items() if ags}
+        task_of = {r.rid: r.task_id for r in view.waiting}
+        by_task = lambda group: max(values.get(task_of[rid], 0.0) for rid in group)  # noqa: E731
+        if order is AdmissionOrder.PLAN_BY_TASK:
+            return group_by_agent(admit[:n_plan], agent_of, by_task) + group_by_agent(admit[n_plan:], agent_of)
+        return group_by_agent(admit, agent_of, by_task)
+
+    def _overdue(self, view: SchedulerView, scored: set[int], waiting_by_task, wait_s: float, step_s: float) -> frozenset[int]:
+        """Scored tasks with a call waiting longer than overdue_factor x max(W, its expected service)."""
+        factor, limit = self.params.overdue_factor, {}  # limit per (agent, stage): the same for all its calls
+        out = []
+        for t in scored:
+            for r in waiting_by_task[t]:
+                key = (r.agent, r.stage)
+                lim = limit.get(key)
+                if lim is None:
+                    lim = limit[key] = factor * max(wait_s, self._stage_time(r.agent, r.stage, step_s)[0])
+                if view.now - r.ready_time > lim:
+                    out.append(t)
+                    break
+        return frozenset(out)
 
     def _candidate_tasks(self, view: SchedulerView, waiting_by_task: dict[int, list[RequestInfo]]) -> set[int]:
         """Tasks whose waiting requests are scored this decision. Under a long queue, only the oldest
@@ -273,71 +278,12 @@ class Topas(PreemptionCosts, Policy):
             return set(waiting_by_task)
         picked: set[int] = set()
         need = 0
-        for tid in sorted(waiting_by_task, key=lambda t: (view.tasks[t].arrival, t)):
+        for _, tid in sorted([(view.tasks[t].arrival, t) for t in waiting_by_task]):
             picked.add(tid)
             need += min(self._kv(r) for r in waiting_by_task[tid])
             if len(picked) >= _MIN_SCORED and need > view.kv_capacity_tokens:
                 break
         return picked
-
-    def _task_state(self, tpl, rem, waiting_counts: Counter, running, wait_s, step_s) -> TaskState:
-        """Path-model inputs of one task; cached on a coarse signature of its progress (incremental:
-        a task is recomputed only when its own progress, W's bucket or the estimate epoch changes)."""
-        key = (
-            tpl.name,
-            tuple(sorted(rem.items())),
-            tuple(sorted(waiting_counts.items())),
-            tuple(sorted((r.stage, self._residual_bucket(r)) for r in running)),
-            wait_s,
-            _two_digits(step_s),
-            self.est.observed // _ESTIMATE_EPOCH,
-        )
-        st = self._states.get(key)
-        if st is None:
-            st = self._compute_task_state(tpl, rem, waiting_counts, running, wait_s, step_s)
-            self._states.put(key, st)
-        return st
-
-    def _residual_bucket(self, r: RequestInfo) -> float:
-        y = self.est.output_tokens(r.agent, r.stage)
-        return round(max(1.0 - r.generated_tokens / max(y, 1.0), 0.1) * 4) / 4
-
-    def _compute_task_state(self, tpl, rem, waiting_counts: Counter, running, wait_s, step_s) -> TaskState:
-        p = self.params
-        base: dict[str, float] = {}
-        spread = []
-        run_by_stage: dict[str, list[RequestInfo]] = defaultdict(list)
-        for r in running:
-            run_by_stage[r.stage].append(r)
-        for s, n in rem.items():
-            if n <= 0:
-                continue
-            agent = tpl.stages[s].agent
-            m, sd = self._stage_time(agent, s, step_s)
-            spread.append(sd)
-            todo = n - len(run_by_stage.get(s, ()))
-            residual = sum(m * self._residual_bucket(r) for r in run_by_stage.get(s, ()))
-            base[s] = round(max(todo, 0.0) * m + residual, 3)
-        tau = p.tie_temperature * wait_s + (sum(spread) / len(spread) if spread else 0.0)
-        return TaskState.of(base, waiting_counts, round(wait_s, 3), round(tau, 3))
-
-    @staticmethod
-    def _stage_rids(rs: list[RequestInfo]) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = defaultdict(list)
-        for r in sorted(rs, key=lambda r: (r.ready_time, r.rid)):
-            out[r.stage].append(r.rid)
-        return out
-
-    @staticmethod
-    def _count_reuse(tpl, rem, active, stage: str, reuse_n: Counter) -> None:
-        """n_a(t): stages one hop downstream of a running stage that become ready when it finishes."""
-        if rem.get(stage, 0) - active.get(stage, 0) >= 1:  # the next turn of a repeated stage
-            reuse_n[tpl.stages[stage].agent] += 1
-        for c in tpl.children[stage]:
-            if rem.get(c, 0) <= 0 or active.get(c, 0):
-                continue
-            if all(rem.get(d, 0) <= 0 or active.get(d, 0) for d in tpl.stages[c].deps):
-                reuse_n[tpl.stages[c].agent] += 1
 
     def _problem(self, view: SchedulerView, waiting_by_task, reuse_n: Counter, chain, ctx: DecisionContext) -> Problem:
         p = self.params
@@ -354,21 +300,24 @@ class Topas(PreemptionCosts, Policy):
             # same bytes; its recompute is part of the admitted request's own service, not an extra cost
             move_in = 0.0 if res == Residency.GPU else costs.swap_time(ps.tokens)
             agents[a] = AgentOption(a, ps.tokens, a in forced, res == Residency.GPU, move_in, reuse_n.get(a, 0), costs.swap_time(ps.tokens))
-        running_kv = sum(self._kv(r) for r in view.running)
+        running_kv = sum([self._kv(r) for r in view.running])
         swap_per_token = costs.swap_time(10_000) / 10_000
-        scored = [r for rs in waiting_by_task.values() for r in rs]  # only these can be admitted or blocked
+        request_agent, request_task, request_tokens = {}, {}, {}  # of the scored calls: only these can be admitted
+        for rs in waiting_by_task.values():
+            for r in rs:
+                request_agent[r.rid], request_task[r.rid], request_tokens[r.rid] = r.agent, r.task_id, self._kv(r)
         return Problem(
             budget=view.kv_capacity_tokens,
             base_tokens=running_kv,
             agents=agents,
-            request_agent={r.rid: r.agent for r in scored},
-            request_task={r.rid: r.task_id for r in scored},
-            request_tokens={r.rid: self._kv(r) for r in scored},
-            task_agents={t: frozenset(r.agent for r in rs if r.agent in agents) for t, rs in waiting_by_task.items()},
+            request_agent=request_agent,
+            request_task=request_task,
+            request_tokens=request_tokens,
+            task_agents={t: frozenset([r.agent for r in rs if r.agent in agents]) for t, rs in waiting_by_task.items()},
             chain=chain,
             swap_s_per_token=swap_per_token,
             max_actions=p.K,
-            weights=Weights(beta=p.beta, move=p.use_move, reuse=p.use_reuse),
+            weights=self._weights,
             running=(lambda: self._running_options(ctx)) if (p.use_redo or p.use_revoke) else None,
         )
 
@@ -390,4 +339,8 @@ class Topas(PreemptionCosts, Policy):
 
     def _kv(self, r: RequestInfo) -> int:
         """d_r at completion: own prompt suffix + (estimated) output, beyond the shared prefix."""
-        return int(r.prompt_tokens - r.prefix_tokens + max(self.est.output_tokens(r.agent, r.stage), r.generated_tokens))
+        v = self._kv_memo.get(r.rid)
+        if v is None:
+            v = self._kv_memo[r.rid] = int(r.prompt_tokens - r.prefix_tokens
+                                           + max(self.est.output_tokens(r.agent, r.stage), r.generated_tokens))
+        return v

@@ -1,0 +1,82 @@
+"""Per-decision digests of the view that TOPAS builds its search problem from (topas.py).
+
+A decision runs after every event, so these are written for speed: every waiting and running
+call is read once, and a task's remaining calls come from a per-template table. The values are
+those of `topas.policy.progress` (`active_stage_counts`, `remaining_calls`), in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from topas.policy import RequestInfo, SchedulerView, TaskProgress
+from topas.workflow import WorkflowTemplate
+
+
+@dataclass(frozen=True)
+class StageTable:
+    """A template's stages in template order, read once per template instead of once per task."""
+
+    stages: tuple[tuple[str, float], ...]  # (stage id, expected count)
+    agent: Mapping[str, str]  # stage -> agent
+    in_id_order: bool  # template order is id order: a task's remaining calls are already sorted
+
+    @classmethod
+    def of(cls, tpl: WorkflowTemplate) -> StageTable:
+        ids = [s.id for s in tpl.stages.values()]
+        return cls(tuple((s.id, s.expected_count) for s in tpl.stages.values()),
+                   {s.id: s.agent for s in tpl.stages.values()}, ids == sorted(ids))
+
+
+def group_calls(view: SchedulerView) -> tuple[dict[int, list[RequestInfo]], dict[int, list[RequestInfo]]]:
+    """Waiting and running calls per task, in view order."""
+    waiting: dict[int, list[RequestInfo]] = {}
+    running: dict[int, list[RequestInfo]] = {}
+    for by_task, rs in ((waiting, view.waiting), (running, view.running)):
+        for r in rs:
+            lst = by_task.get(r.task_id)
+            if lst is None:
+                by_task[r.task_id] = [r]
+            else:
+                lst.append(r)
+    return waiting, running
+
+
+def active_counts(waiting_counts: dict[str, int], running: Sequence[RequestInfo] | None) -> dict[str, int]:
+    """One task's waiting + running calls per stage (`active_stage_counts`), from its waiting counts."""
+    if not running:
+        return waiting_counts
+    out = dict(waiting_counts)
+    for r in running:
+        out[r.stage] = out.get(r.stage, 0) + 1
+    return out
+
+
+def remaining(table: StageTable, prog: TaskProgress, active: Mapping[str, int]) -> dict[str, float]:
+    """`remaining_calls`: max(expected - finished, active now, 0) per stage (max keeps the first of equals;
+    an absent active count is 0, which the clamp covers)."""
+    done = prog.stage_done
+    out = {}
+    for s, expected in table.stages:
+        n = expected - done.get(s, 0)
+        a = active.get(s)
+        if a is not None and a > n:
+            n = float(a)
+        if 0.0 > n:
+            n = 0.0
+        out[s] = n
+    return out
+
+
+def sorted_items(table: StageTable, rem: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
+    """tuple(sorted(rem.items())) for remaining calls of this template (one entry per stage)."""
+    return tuple(rem.items()) if table.in_id_order else tuple(sorted(rem.items()))
+
+
+def stage_counts(rs: Sequence[RequestInfo]) -> dict[str, int]:
+    """Calls per stage (as a Counter of their stages, without the Counter)."""
+    out: dict[str, int] = {}
+    for r in rs:
+        out[r.stage] = out.get(r.stage, 0) + 1
+    return out

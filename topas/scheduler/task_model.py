@@ -1,0 +1,231 @@
+"""TOPAS's per-task path-model inputs (docs/topas.md), a mixin of `Topas`: each scored task's
+`TaskState`, the one-hop reuse counts n_a of the running tasks, and the admission chains.
+
+A decision runs after every event and most tasks do not change between two decisions, so each
+task's derived inputs (remaining calls, active counts, the state's cache key, its chains' rids) are
+kept under a signature of what they are computed from (`TaskDigest`) and recomputed only when it
+changes. The caches of states (`Topas._states`) and chains (`Topas._chains`) are read and filled
+exactly when a task-by-task computation would read and fill them, so decisions do not depend on
+this bookkeeping: a digest only skips a lookup whose answer it already holds.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from topas.policy import RequestInfo, SchedulerView
+from topas.scheduler.digest import StageTable, active_counts, remaining, sorted_items, stage_counts
+from topas.scheduler.preemption import DecisionContext
+from topas.scheduler.progress import PathModel, TaskState, admission_chain
+from topas.workflow import WorkflowTemplate
+
+ESTIMATE_EPOCH = 8  # cached task states are refreshed after this many newly finished calls
+
+
+def two_digits(x: float) -> float:
+    """Coarse value for cache keys: W moves continuously, cached states should not."""
+    return float(f"{x:.2g}")
+
+
+class _Head(tuple):
+    """The (template, remaining, waiting, running) part of a task state's cache key, hashed once: a
+    digest reuses it at every decision (equal heads are equal keys, as plain tuples)."""
+
+    def __init__(self, items) -> None:
+        self._hash = tuple.__hash__(self)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+class TaskDigest:
+    """One task's remaining calls, active and waiting counts per stage, reuse counts n_a, state-key head
+    and admission chains, valid while `sig` holds: its progress, its waiting calls (rid, ready time) and
+    its running calls' stages and residual buckets."""
+
+    __slots__ = ("sig", "remaining", "active", "waiting", "reuse", "head", "state", "stage_rids", "chain_state", "chains")
+
+    def __init__(self, sig: tuple, remaining: dict, active: dict, waiting: dict, reuse: tuple[tuple[str, int], ...]) -> None:
+        self.sig, self.remaining, self.active, self.waiting, self.reuse = sig, remaining, active, waiting, reuse
+        self.head: tuple | None = None  # (template, remaining, waiting, running) part of the state key
+        self.state: tuple | None = None  # (key tail, the `_states` entry that key found)
+        self.stage_rids: dict[str, list[str]] | None = None  # waiting rids per stage, by ready time
+        self.chain_state: TaskState | None = None  # the state `chains` were built for
+        self.chains: dict[frozenset[str], tuple] = {}  # eligible -> (_chains key, chain, [(rid, gain)])
+
+
+class TaskModel:
+    """Needs from the policy: params, est, _stage_time, and the caches set up by `_init_task_model`."""
+
+    def _init_task_model(self) -> None:
+        self._models: dict[str, PathModel] = {}
+        self._tables: dict[str, StageTable] = {}
+        self._digests: dict[int, TaskDigest] = {}  # task -> its digest at the last decision
+        self._step_keys: dict[float, float] = {}  # step_s -> its coarse value (few distinct batch sizes)
+        self._bucket_memo: dict[str, float] = {}  # per decision: residual bucket of a running call
+
+    def _model(self, tpl: WorkflowTemplate) -> PathModel:
+        if tpl.name not in self._models:
+            self._models[tpl.name] = PathModel(tpl)
+        return self._models[tpl.name]
+
+    def _table(self, tpl: WorkflowTemplate) -> StageTable:
+        t = self._tables.get(tpl.name)
+        if t is None:
+            t = self._tables[tpl.name] = StageTable.of(tpl)
+        return t
+
+    def _task_states(self, ctx: DecisionContext, scored: set[int]) -> tuple[dict[int, TaskState], Counter]:
+        """Path-model states of the scored tasks, and n_a: the one-hop reuse counts of the running ones.
+        Their remaining calls and active counts are kept in `ctx` (the preemption costs read them again)."""
+        view, waiting_by_task, running_by_task = ctx.view, ctx.waiting_by_task, ctx.running_by_task
+        states: dict[int, TaskState] = {}
+        reuse_n: Counter = Counter()
+        last, digests = self._digests, {}
+        tail = self._key_tail(ctx.wait_s, ctx.step_s)
+        for tid, prog in view.tasks.items():
+            run = running_by_task.get(tid)
+            if run is None and tid not in scored:
+                continue  # between calls, or beyond what could be admitted now (left to the fill)
+            ws = waiting_by_task.get(tid, ())
+            sig = (prog.stage_done, [(r.rid, r.ready_time) for r in ws],
+                   [(r.stage, self._residual_bucket(r)) for r in run] if run else None)
+            d = last.get(tid)
+            if d is None or d.sig != sig:
+                d = self._digest(view.templates[prog.template], prog, ws, run, sig)
+            digests[tid] = d
+            ctx.active[tid], ctx.remaining[tid] = d.active, d.remaining
+            if tid in scored:
+                if d.state is None or d.state[0] != tail or d.state[1][1] < self._states.puts - self._states.size:
+                    tpl = view.templates[prog.template]
+                    if d.head is None:
+                        d.head = self._key_head(tpl, d.remaining, d.waiting, run or ())
+                    d.state = (tail, self._cached_state((d.head, *tail), tpl, d.remaining, d.waiting, run or (), ctx.wait_s,
+                                                        ctx.step_s))
+                # else: the same key, and the entry it found is still held: the lookup would find it again
+                states[tid] = d.state[1][0]
+            for a, n in d.reuse:
+                reuse_n[a] += n
+        self._digests = digests
+        return states, reuse_n
+
+    def _digest(self, tpl: WorkflowTemplate, prog, ws: Sequence[RequestInfo], run: Sequence[RequestInfo] | None, sig) -> TaskDigest:
+        waiting = stage_counts(ws)
+        act = active_counts(waiting, run)
+        rem = remaining(self._table(tpl), prog, act)
+        reuse: Counter = Counter()
+        for r in run or ():
+            self._count_reuse(tpl, rem, act, r.stage, reuse)
+        return TaskDigest(sig, rem, act, waiting, tuple(reuse.items()))
+
+    def _key_head(self, tpl, rem, waiting_counts, running) -> tuple:
+        return _Head((tpl.name, sorted_items(self._table(tpl), rem), tuple(sorted(waiting_counts.items())),
+                      tuple(sorted([(r.stage, self._residual_bucket(r)) for r in running]))))
+
+    def _key_tail(self, wait_s: float, step_s: float) -> tuple:
+        coarse_step = self._step_keys.get(step_s)
+        if coarse_step is None:
+            if len(self._step_keys) > 256:
+                self._step_keys.clear()
+            coarse_step = self._step_keys[step_s] = two_digits(step_s)
+        return (wait_s, coarse_step, self.est.observed // ESTIMATE_EPOCH)
+
+    def _task_state(self, tpl, rem, waiting_counts, running, wait_s, step_s) -> TaskState:
+        """Path-model inputs of one task; cached on a coarse signature of its progress (incremental:
+        a task is recomputed only when its own progress, W's bucket or the estimate epoch changes)."""
+        key = (self._key_head(tpl, rem, waiting_counts, running), *self._key_tail(wait_s, step_s))
+        return self._cached_state(key, tpl, rem, waiting_counts, running, wait_s, step_s)[0]
+
+    def _cached_state(self, key: tuple, tpl, rem, waiting_counts, running, wait_s, step_s) -> tuple[TaskState, int]:
+        """The `_states` entry of `key`: (state, index of its put), computed and put on a miss."""
+        entry = self._states.get(key)
+        if entry is None:
+            entry = (self._compute_task_state(tpl, rem, waiting_counts, running, wait_s, step_s), self._states.puts)
+            self._states.put(key, entry)
+        return entry
+
+    def _residual_bucket(self, r: RequestInfo) -> float:
+        b = self._bucket_memo.get(r.rid)
+        if b is None:
+            y = self.est.output_tokens(r.agent, r.stage)
+            b = self._bucket_memo[r.rid] = round(max(1.0 - r.generated_tokens / max(y, 1.0), 0.1) * 4) / 4
+        return b
+
+    def _compute_task_state(self, tpl, rem, waiting_counts, running, wait_s, step_s) -> TaskState:
+        p = self.params
+        base: dict[str, float] = {}
+        spread = []
+        run_by_stage: dict[str, list[RequestInfo]] = {}
+        for r in running:
+            run_by_stage.setdefault(r.stage, []).append(r)
+        agent = self._table(tpl).agent
+        for s, n in rem.items():
+            if n <= 0:
+                continue
+            m, sd = self._stage_time(agent[s], s, step_s)
+            spread.append(sd)
+            rs = run_by_stage.get(s, ())
+            todo = n - len(rs)
+            residual = sum([m * self._residual_bucket(r) for r in rs]) if rs else 0
+            base[s] = round(max(todo, 0.0) * m + residual, 3)
+        tau = p.tie_temperature * wait_s + (sum(spread) / len(spread) if spread else 0.0)
+        return TaskState.of(base, waiting_counts, round(wait_s, 3), round(tau, 3))
+
+    @staticmethod
+    def _stage_rids(rs: list[RequestInfo]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for r in sorted(rs, key=lambda r: (r.ready_time, r.rid)):
+            out.setdefault(r.stage, []).append(r.rid)
+        return out
+
+    @staticmethod
+    def _count_reuse(tpl, rem, active, stage: str, reuse_n: Counter) -> None:
+        """n_a(t): stages one hop downstream of a running stage that become ready when it finishes."""
+        if rem.get(stage, 0) - active.get(stage, 0) >= 1:  # the next turn of a repeated stage
+            reuse_n[tpl.stages[stage].agent] += 1
+        for c in tpl.children[stage]:
+            if rem.get(c, 0) <= 0 or active.get(c, 0):
+                continue
+            if all(rem.get(d, 0) <= 0 or active.get(d, 0) for d in tpl.stages[c].deps):
+                reuse_n[tpl.stages[c].agent] += 1
+
+    def _chain_fn(self, view: SchedulerView, states: dict[int, TaskState], waiting_by_task: dict[int, list[RequestInfo]],
+                  gain_weight: dict[int, float]):
+        """The problem's chain(task, eligible agents): the task's admission chain as (rid, age-weighted gain),
+        memoised for the decision. The unweighted chains are cached across decisions by task state
+        (`_chains`); a task's digest keeps the last ones it read, with their rids, while that entry lives."""
+        memo: dict[tuple[int, frozenset[str]], list[tuple[str, float]]] = {}
+        digests = self._digests
+
+        def chain(tid: int, eligible: frozenset[str]) -> list[tuple[str, float]]:
+            out = memo.get((tid, eligible))
+            if out is not None:
+                return out
+            st, d = states[tid], digests[tid]
+            if d.chain_state is not st and d.chain_state != st:  # an equal state reads the same `_chains` entries
+                d.chain_state, d.chains = st, {}
+            hit = d.chains.get(eligible)
+            if hit is None or self._chains.get(hit[0]) is not hit[1]:
+                if d.stage_rids is None:
+                    d.stage_rids = self._stage_rids(waiting_by_task[tid])
+                tpl = view.templates[view.tasks[tid].template]
+                agent, rids = self._table(tpl).agent, d.stage_rids
+                elig = {s: len(rs) for s, rs in rids.items() if agent[s] in eligible}
+                key = (st, frozenset(elig.items()))
+                ch = self._chains.get(key)
+                if ch is None:
+                    ch = admission_chain(self._model(tpl), st, elig)
+                    self._chains.put(key, ch)
+                used: dict[str, int] = {}
+                mapped = []
+                for s, g in ch:
+                    k = used.get(s, 0)
+                    mapped.append((rids[s][k], g))
+                    used[s] = k + 1
+                hit = d.chains[eligible] = (key, ch, mapped)
+            w = gain_weight[tid]
+            out = memo[(tid, eligible)] = [(rid, g * w) for rid, g in hit[2]]
+            return out
+
+        return chain
