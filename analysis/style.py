@@ -43,7 +43,7 @@ METRIC_LABELS = {
 }
 MODEL_LABELS = {"qwen2_5_32b": "Qwen2.5-32B", "qwen2_5_14b": "Qwen2.5-14B", "qwen2_5_7b": "Qwen2.5-7B",
                 "llama3_1_8b": "Llama-3.1-8B", "tiny_cpu": "tiny CPU model"}
-GPU_LABELS = {"a100_80gb": "A100-80GB", "h100_80gb": "H100-80GB", "h200": "H200"}
+GPU_LABELS = {"a100_80gb": "A100-80GB", "h100_80gb": "H100-80GB", "h200": "H200", "cpu": "CPU (no GPU)"}
 
 
 @lru_cache(maxsize=1)

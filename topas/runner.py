@@ -146,7 +146,8 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False)
         load=w.load,
         seed=int(cfg.seed),
         model=plan.model.name,
-        gpu=plan.gpu.name,
+        # a real server on the CPU profile ran on no GPU: the GPU config only sized its loads
+        gpu="cpu" if record.engine.get("profile") == "cpu" else plan.gpu.name,
     )
     summary["fingerprint"] = fingerprint_of(cfg)
     summary = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in summary.items()}
