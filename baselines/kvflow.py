@@ -91,7 +91,7 @@ def safe_pins(view: SchedulerView, wanted: list[str], est: ServiceEstimator, max
     free + evictable + prefixes pinned now but not in use; a prefix costs its tokens unless a
     running request holds it anyway or it is in neither tier (then it is pinned when a call
     prefills it, in memory that call reserved)."""
-    budget = max_pin_fraction * view.kv_capacity_tokens
+    budget = max_pin_fraction * view.kv_pool_tokens
     allowed = pin_candidates_allowed(view)
     lockable = view.kv_free_tokens + view.kv_evictable_tokens + sum(
         ps.tokens for ps in view.prefixes.values() if ps.pinned and not ps.in_use)

@@ -104,7 +104,7 @@ def make_view(waiting=(), running=(), tasks=None, templates=None, prefixes=None,
 
     lat = LinearLatency()
     return SchedulerView(now=now, waiting=tuple(waiting), running=tuple(running), tasks=tasks or {},
-                         templates=templates or {}, prefixes=prefixes or {}, kv_capacity_tokens=kv,
+                         templates=templates or {}, prefixes=prefixes or {}, kv_pool_tokens=kv,
                          kv_used_tokens=used, kv_evictable_tokens=evictable, host_capacity_tokens=2 * kv,
                          host_used_tokens=0, max_running_requests=256,
                          costs=LatencyCostModel(lat, 262144, 24.0, 5e-6))

@@ -130,10 +130,10 @@ def test_sim_long_call_batched_with_a_short_one_decodes_no_faster_than_alone(kin
     eng.run()
     long = next(r for r in eng.requests if r.rid == "0:n")
     assert long.prompt_tokens == 11940
-    rows = [row for row in eng.timeline if row[2] == "decode"
-            and row[0] >= long.first_token_time - 1e-12 and row[0] + row[1] <= long.finish_time + 1e-12]
-    assert sum(row[3] for row in rows) == long.output_tokens - 1  # every decode step of the long call
-    assert all(row[4] == 2 for row in rows)  # ... batched with the short one
-    decode_s = sum(row[1] for row in rows)
+    rows = [row for row in eng.timeline if row["kind"] == "decode" and row["start"] >= long.first_token_time - 1e-12
+            and row["start"] + row["duration"] <= long.finish_time + 1e-12]
+    assert sum(row["steps"] for row in rows) == long.output_tokens - 1  # every decode step of the long call
+    assert all(row["batch_size"] == 2 for row in rows)  # ... batched with the short one
+    decode_s = sum(row["duration"] for row in rows)
     batch1_s = sum(lat.decode(1, long.prompt_tokens + g) for g in range(1, long.output_tokens))
     assert decode_s >= batch1_s * (1 - 1e-12)

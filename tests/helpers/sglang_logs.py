@@ -24,7 +24,7 @@ def trace_of(wf: Workflow, arrivals=(0.0, 1.0)) -> Trace:
 def fake_logs(t0: float = 1000.0):
     """Driver dicts, decision and iteration logs of a 2-task chain replay (agents A, B)."""
     tr = trace_of(chain(prefix=(("A", 60), ("B", 80)), inp=10, out=5))
-    calls, decisions, iterations = [], [{"event": "start", "t": t0 - 5, "kv_capacity_tokens": 4096,
+    calls, decisions, iterations = [], [{"event": "start", "t": t0 - 5, "kv_pool_tokens": 4096,
                                          "max_running_requests": 8, "bytes_per_token": 512}], []
     t = 0.0
     for task in tr.tasks:

@@ -113,7 +113,7 @@ class SchedulerView:
     tasks: Mapping[int, TaskProgress]
     templates: Mapping[str, WorkflowTemplate]
     prefixes: Mapping[str, PrefixState]  # by agent
-    kv_capacity_tokens: int  # B: device KV pool
+    kv_pool_tokens: int  # B: device KV pool
     kv_used_tokens: int  # cached tree + running requests' private KV
     kv_evictable_tokens: int  # cached, unlocked: reclaimable on demand
     host_capacity_tokens: int
@@ -123,7 +123,7 @@ class SchedulerView:
 
     @property
     def kv_free_tokens(self) -> int:
-        return self.kv_capacity_tokens - self.kv_used_tokens
+        return self.kv_pool_tokens - self.kv_used_tokens
 
     def request(self, rid: str) -> RequestInfo:
         for r in self.waiting:

@@ -19,7 +19,7 @@ def safe_pins(view: SchedulerView, problem: Problem, admit: Sequence[int], block
     if not view.running:
         return frozenset()
     in_use = {r.agent for r in view.running}
-    room = view.kv_capacity_tokens
+    room = view.kv_pool_tokens
     for a in in_use:
         ps = view.prefixes.get(a)
         room -= ps.tokens if ps is not None else 0

@@ -281,7 +281,7 @@ class Topas(TaskModel, PreemptionCosts, Policy):
         for _, tid in sorted([(view.tasks[t].arrival, t) for t in waiting_by_task]):
             picked.add(tid)
             need += min(self._kv(r) for r in waiting_by_task[tid])
-            if len(picked) >= _MIN_SCORED and need > view.kv_capacity_tokens:
+            if len(picked) >= _MIN_SCORED and need > view.kv_pool_tokens:
                 break
         return picked
 
@@ -307,7 +307,7 @@ class Topas(TaskModel, PreemptionCosts, Policy):
             for r in rs:
                 request_agent[r.rid], request_task[r.rid], request_tokens[r.rid] = r.agent, r.task_id, self._kv(r)
         return Problem(
-            budget=view.kv_capacity_tokens,
+            budget=view.kv_pool_tokens,
             base_tokens=running_kv,
             agents=agents,
             request_agent=request_agent,

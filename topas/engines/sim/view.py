@@ -90,7 +90,7 @@ def build_view(e: SimEngine) -> SchedulerView:
         tasks={tid: ts.progress() for tid, ts in e.tasks.items() if ts.finish_time is None},
         templates=e.trace.templates,
         prefixes={a: e.residency.state(a, a in in_use) for a in e.residency.agents},
-        kv_capacity_tokens=e.cfg.kv_pool_tokens,
+        kv_pool_tokens=e.cfg.kv_pool_tokens,
         kv_used_tokens=e.pool.used,
         kv_evictable_tokens=e.cache.evictable_tokens,
         host_capacity_tokens=e.cfg.host_pool_tokens,

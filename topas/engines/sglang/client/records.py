@@ -174,7 +174,7 @@ def engine_counters(timeline: pd.DataFrame, requests: pd.DataFrame, facts: Decis
         "retractions": max(total_retractions - facts.policy_preempted, 0),
         "policy_preemptions": facts.policy_preempted,
         "swap_in_bytes": host_hits * int(bpt) if bpt else 0,
-        "kv_pool_tokens": facts.start_event.get("kv_capacity_tokens"),
+        "kv_pool_tokens": facts.start_event.get("kv_pool_tokens"),
         "max_running_requests": facts.start_event.get("max_running_requests"),
         "kv_bytes_per_token": bpt,
         "requests_served": int(len(requests)),

@@ -27,7 +27,7 @@ from topas.workflow import WorkflowTemplate
 
 @dataclass(frozen=True)
 class EngineCapacity:
-    kv_capacity_tokens: int
+    kv_pool_tokens: int
     kv_used_tokens: int
     kv_evictable_tokens: int
     host_capacity_tokens: int
@@ -50,7 +50,7 @@ def engine_capacity(scheduler: Any, probe: CacheProbe) -> EngineCapacity:
         except Exception:  # noqa: BLE001 - a host pool without the query: report it as empty
             host_used = 0
     return EngineCapacity(
-        kv_capacity_tokens=cap,
+        kv_pool_tokens=cap,
         kv_used_tokens=max(used, 0),
         kv_evictable_tokens=probe.evictable_tokens(),
         host_capacity_tokens=host_cap,
@@ -200,7 +200,7 @@ def build_view(
         tasks=task_progress(tasks, waiting, running, now),
         templates=dict(templates),
         prefixes=dict(prefixes),
-        kv_capacity_tokens=capacity.kv_capacity_tokens,
+        kv_pool_tokens=capacity.kv_pool_tokens,
         kv_used_tokens=capacity.kv_used_tokens,
         kv_evictable_tokens=capacity.kv_evictable_tokens,
         host_capacity_tokens=capacity.host_capacity_tokens,

@@ -121,7 +121,7 @@ def _controller(scheduler: Any) -> Controller:
             event="start", t=time.time(), pid=os.getpid(), policy=_POLICY.name,
             params=params_dict(_POLICY), tree_cache=type(scheduler.tree_cache).__name__,
             max_running_requests=getattr(scheduler, "max_running_requests", None),
-            kv_capacity_tokens=int(scheduler.token_to_kv_pool_allocator.size),
+            kv_pool_tokens=int(scheduler.token_to_kv_pool_allocator.size),
             bytes_per_token=_CONTROLLER.costs.bytes_per_token,
             trigger=_CONTROLLER.trigger,
         )
