@@ -29,6 +29,19 @@ def async_client(timeout_s: float, max_connections: int) -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), limits=limits, trust_env=_TRUST_ENV)
 
 
+def request(client: httpx.Client, base_url: str, method: str, path: str, body: bytes | None,
+            timeout: float) -> httpx.Response:
+    """The answer, read in full; `ServerRequestError` (one line) on an error status or none."""
+    try:
+        r = client.request(method, f"{base_url}{path}", content=body, timeout=timeout,
+                           headers={"Content-Type": "application/json"})
+    except (httpx.HTTPError, OSError) as e:
+        raise ServerRequestError(f"{method} {path}: {error_line(e)}") from None
+    if r.status_code >= 400:
+        raise ServerRequestError(f"{method} {path}: {status_line(r.status_code, r.content)}")
+    return r
+
+
 def status_line(status: int, body: bytes) -> str:
     """`HTTP 400: <first 300 bytes of the body>` (`HTTP 400` for an empty body), on one line."""
     text = one_line(body[:300].decode("utf-8", "replace"))

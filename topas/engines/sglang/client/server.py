@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 
 from topas.engines.sglang import plugin_env as _env
-from topas.engines.sglang.client.http_client import ServerRequestError, error_line, status_line, sync_client
+from topas.engines.sglang.client.http_client import request, sync_client
 from topas.engines.sglang.client.processes import descendants, die_with_parent, stop_process_group
 
 TINY_CPU_MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny_cpu"
@@ -301,14 +301,7 @@ class SGLangServer:
         self._request("POST", "/flush_cache", b"", 60.0)
 
     def _request(self, method: str, path: str, body: bytes, timeout: float) -> httpx.Response:
-        try:
-            r = self._client().request(method, f"{self.base_url}{path}", content=body, timeout=timeout,
-                                       headers={"Content-Type": "application/json"})
-        except (httpx.HTTPError, OSError) as e:
-            raise ServerRequestError(f"{method} {path}: {error_line(e)}") from None
-        if r.status_code >= 400:
-            raise ServerRequestError(f"{method} {path}: {status_line(r.status_code, r.content)}")
-        return r
+        return request(self._client(), self.base_url, method, path, body, timeout)
 
     def _client(self) -> httpx.Client:
         if self._http is None:  # per-request timeouts are given with each call

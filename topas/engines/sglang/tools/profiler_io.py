@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from topas.engines.sglang.client.driver import segment_token_ids
-from topas.engines.sglang.client.http_client import ServerRequestError, error_line, status_line, sync_client
+from topas.engines.sglang.client.http_client import request, sync_client
 
 
 class ProfileRunError(RuntimeError):
@@ -79,14 +79,7 @@ class Client:
 
     def _request(self, method: str, path: str, body: bytes | None, timeout: float) -> httpx.Response:
         """The answer, read in full; `ServerRequestError` (one line) on an error status or none."""
-        try:
-            r = self.http.request(method, f"{self.base_url}{path}", content=body, timeout=timeout,
-                                  headers={"Content-Type": "application/json"})
-        except (httpx.HTTPError, OSError) as e:
-            raise ServerRequestError(f"{method} {path}: {error_line(e)}") from None
-        if r.status_code >= 400:
-            raise ServerRequestError(f"{method} {path}: {status_line(r.status_code, r.content)}")
-        return r
+        return request(self.http, self.base_url, method, path, body, timeout)
 
 
 def server_facts(client: Client, context_len: int | None) -> dict[str, Any]:
