@@ -129,3 +129,17 @@ def test_the_policy_lists_an_overdue_downstream_call_first_when_it_is_worth_more
     d = create_policy("topas").schedule(view)
     assert d.admit[0] == "0:J"
     assert set(d.admit) == {r.rid for r in waiting}  # work-conserving: every waiting call is listed
+
+
+def test_a_call_outside_r_prime_is_listed_by_its_gain_only_when_its_prefix_is_smaller_than_its_kv():
+    from topas.scheduler.search import small_prefix_calls
+
+    # agent b's batch fills the pool; the join's agent is outside every feasible R'
+    waiting = {"join": ("j", 0, 1000, 40.0), "more_b": ("b", 1, 1000, 1.0)}
+    small = _problem([_ag("b", 2000, forced=True), _ag("j", 50)], waiting, budget=12_000, base=11_500)
+    plan = search(small, 6)
+    assert "j" not in plan.resident and "join" not in plan.admit
+    assert small_prefix_calls(small, plan.resident, {}) == [(40.0, "join")]
+    assert small_prefix_calls(small, plan.resident, {"join": 40.0}) == []  # already listed: keeps its place
+    large = _problem([_ag("b", 2000, forced=True), _ag("j", 3000)], waiting, budget=12_000, base=11_500)
+    assert small_prefix_calls(large, search(large, 6).resident, {}) == []  # its prefix's room is what R' saves

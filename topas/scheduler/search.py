@@ -300,6 +300,24 @@ def _search(p: Problem, max_enumerate: int, memo: dict[frozenset[str], Plan]) ->
         cur = best
 
 
+def small_prefix_calls(p: Problem, resident: frozenset[str], listed: Mapping[str, float]) -> list[tuple[float, str]]:
+    """(gain, rid) of the first call of each task none of whose agents is in R', when that call's prefix takes
+    less room than the call's own KV. Leaving such an agent out of R' saves next to no memory, so its call is
+    listed by its own gain like a blocked one instead of waiting behind the fill (docs/topas.md,
+    "Small prefixes outside R'"). Calls already in `listed` keep their place."""
+    out = []
+    for t, ags in p.task_agents.items():
+        if not ags or ags & resident:
+            continue
+        ch = p.chain(t, ags)
+        if not ch:
+            continue
+        rid, g = ch[0]
+        if g > 0 and rid not in listed and p.agents[p.request_agent[rid]].tokens < p.request_tokens[rid]:
+            out.append((g, rid))
+    return out
+
+
 def preempt_repair(p: Problem, plan: Plan) -> Plan:
     """Repair move: admit a blocked high-gain request by preempting running ones whose
     J_redo + J_revoke is below its gain (tried in the candidates' proxy order), within K actions.

@@ -38,7 +38,7 @@ from topas.scheduler.digest import group_calls
 from topas.scheduler.ordering import AdmissionOrder, group_by_agent, task_value
 from topas.scheduler.pins import safe_pins
 from topas.scheduler.preemption import DecisionContext, PreemptionCosts
-from topas.scheduler.search import AgentOption, Problem, Weights, search
+from topas.scheduler.search import AgentOption, Problem, Weights, search, small_prefix_calls
 from topas.scheduler.task_model import TaskModel, two_digits
 
 _TYPICAL_CONTEXT = 4096
@@ -66,6 +66,7 @@ class TopasParams:
     stop_at_first_misfit: bool = True  # stop the admission walk at a misfit (tuned; False = the contract's skip)
     score_overdue: bool = True  # a task whose call is overdue competes by its gain even outside R'
     overdue_factor: float = 2.0  # overdue: waiting longer than this many times max(W, the call's expected service)
+    list_small_prefix: bool = True  # list a call outside R' by its gain when its prefix is smaller than its own KV
     unpin_under_pressure: bool = True  # pin an idle prefix only in memory no running or listed call is expected to need
     admission_order: AdmissionOrder = AdmissionOrder.PLAN_BY_TASK  # ordering.py; GAIN: the search's order
     pin_for_reuse: bool = False  # also pin idle prefixes for one-hop reuse (V_reuse); off: measured a throughput trap
@@ -215,6 +216,9 @@ class Topas(TaskModel, PreemptionCosts, Policy):
             deferred = (lambda agent: agent not in held)
         ranked = {rid: g for g, rid in plan.blocked if not deferred(problem.request_agent[rid])}
         ranked.update(plan.gains)
+        if p.list_small_prefix:
+            ranked.update((rid, g) for g, rid in small_prefix_calls(problem, plan.resident, ranked)
+                          if not deferred(problem.request_agent[rid]))
         admit = sorted(ranked, key=lambda rid: -ranked[rid])
         n_plan = len(admit)
         if p.work_conserving:
