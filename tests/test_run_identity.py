@@ -106,3 +106,59 @@ def test_hydras_own_flags_work(flags, expect):
     p = subprocess.run([sys.executable, str(ROOT / "run.py"), *flags], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-1000:]
     assert expect in p.stdout
+
+
+def _imports(path: Path) -> set[str]:
+    import ast
+
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module)
+    return out
+
+
+def test_no_policy_package_imports_another():
+    """What lets a run's fingerprint leave out the policy packages its scheduler is not from."""
+    from topas.run_identity import POLICY_PACKAGES
+
+    for module, folder in POLICY_PACKAGES.items():
+        others = [m for m in POLICY_PACKAGES if m != module]
+        for f in (ROOT / folder).rglob("*.py"):
+            bad = [i for i in _imports(f) if any(i == o or i.startswith(o + ".") for o in others)]
+            assert not bad, f"{f.relative_to(ROOT)} imports {bad}: its runs' fingerprints would miss that code"
+    # shared code (engines, workloads, runner) never imports a policy package (the registry does, by name)
+    for f in (ROOT / "topas").rglob("*.py"):
+        if f.is_relative_to(ROOT / "topas/scheduler"):
+            continue
+        bad = [i for i in _imports(f) if any(i == m or i.startswith(m + ".") for m in POLICY_PACKAGES)]
+        assert not bad, f"{f.relative_to(ROOT)} imports {bad}"
+
+
+def test_a_policy_package_change_re_runs_its_own_runs_only(tmp_path, monkeypatch):
+    """Editing a file of topas/scheduler changes TOPAS's fingerprint, not a baseline's (and the reverse)."""
+    import shutil
+
+    from topas import run_identity as ri
+
+    for pkg in ("topas", "baselines"):
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(ri, "ROOT", tmp_path)
+
+    def prints() -> dict[str, str]:
+        ri.code_fingerprint.cache_clear()
+        return {s: ri.run_fingerprint({"scheduler": {"name": s}}) for s in ("topas", "topas_base", "parrot_fcfs", "fcfs")}
+
+    before = prints()
+    (tmp_path / "topas/scheduler/search.py").write_text((tmp_path / "topas/scheduler/search.py").read_text() + "\n# edited\n")
+    after_topas = prints()
+    (tmp_path / "baselines/fcfs.py").write_text((tmp_path / "baselines/fcfs.py").read_text() + "\n# edited\n")
+    after_both = prints()
+    (tmp_path / "topas/engines/sim/engine.py").write_text((tmp_path / "topas/engines/sim/engine.py").read_text() + "\n# edited\n")
+    after_engine = prints()
+    ri.code_fingerprint.cache_clear()
+    assert {s for s in before if before[s] != after_topas[s]} == {"topas", "topas_base"}
+    assert {s for s in before if after_topas[s] != after_both[s]} == {"parrot_fcfs", "fcfs"}
+    assert all(after_both[s] != after_engine[s] for s in before)  # shared code: every run
