@@ -208,17 +208,18 @@ def _score(p: Problem, resident: frozenset[str], admit: list[str], gains: Mappin
         p._agent_terms = ([(a, o.tokens) for a, o in agents.items() if o.on_gpu],
                           {a: (o.reuse_n, o.reload_s) for a, o in agents.items()})
     on_gpu, reuse = p._agent_terms
+    in_order = sorted(resident)  # float sums in a fixed order: a set's order follows the string hash seed
     total = S.j_admit([(g, 1.0) for g in gains.values()])  # gains are already age-weighted
     if w.move:
         moves = [(agents[a].move_in_s, len({p.request_task[rid] for rid in admit if p.request_agent[rid] == a}))
-                 for a in resident if not agents[a].on_gpu]  # (seconds, tasks affected)
+                 for a in in_order if not agents[a].on_gpu]  # (seconds, tasks affected)
         # prefixes left out of R' only move when the batch needs their memory
         out_tokens = sum([n for a, n in on_gpu if a not in resident])
         overflow = min(out_tokens, max(mem + out_tokens - p.budget, 0))
         moves.append((overflow * p.swap_s_per_token, 1))
         total -= S.j_move(moves)
     if w.reuse:
-        total += S.v_reuse([reuse[a] for a in resident], w.beta)
+        total += S.v_reuse([reuse[a] for a in in_order], w.beta)
     if p.batch is not None:
         total -= _j_batch(p, admit, mem)
     return total
@@ -234,7 +235,7 @@ def _j_batch(p: Problem, admit: list[str], mem: int) -> float:
             hold_s = max(hold_s, p.service_s.get(rid, 0.0))
     taken = set(admit)
     gains = [g for g, rid in p.locked_demand() if rid not in taken and p.request_agent[rid] in locked]
-    expected = sum(p.batch.ready_rate.get(a, 0.0) for a in locked) * hold_s
+    expected = sum(p.batch.ready_rate.get(a, 0.0) for a in sorted(locked)) * hold_s
     gains += [p.batch.expected_gain] * int(round(expected))
     return S.j_batch(gains, p.batch.call_tokens, p.budget - mem)
 
