@@ -143,3 +143,12 @@ def test_a_call_outside_r_prime_is_listed_by_its_gain_only_when_its_prefix_is_sm
     assert small_prefix_calls(small, plan.resident, {"join": 40.0}) == []  # already listed: keeps its place
     large = _problem([_ag("b", 2000, forced=True), _ag("j", 3000)], waiting, budget=12_000, base=11_500)
     assert small_prefix_calls(large, search(large, 6).resident, {}) == []  # its prefix's room is what R' saves
+
+
+def test_two_overdue_calls_of_one_agent_outside_r_prime_are_charged_its_prefix_once():
+    # room for both calls and one copy of j's prefix, not two: the second call rides on the prefix the first brings in
+    agents = [_ag("b", 2000, forced=True), _ag("j", 3000)]
+    waiting = {"j1": ("j", 0, 1000, 40.0), "j2": ("j", 1, 1000, 30.0)}
+    p = _problem(agents, waiting, budget=2000 + 3000 + 1000 + 1000, overdue={0, 1})
+    plan = greedy_pack(p, frozenset({"b"}), repair=False)
+    assert plan.admit == ["j1", "j2"] and plan.blocked == [] and plan.memory == p.budget

@@ -25,7 +25,7 @@ class DecisionContext:
 
 
 class PreemptionCosts:
-    """Needs from the policy: params, est, credit, _kv, _task_state, _model, _victims."""
+    """Needs from the policy: params, est, credit, _kv, _task_state, _key_tail, _digests, _model, _victims."""
 
     def _running_options(self, ctx: DecisionContext) -> list[RunningOption]:
         """Preemption candidates with their cost J_redo + J_revoke. The revoked credit is the
@@ -37,15 +37,18 @@ class PreemptionCosts:
         for r in view.running:
             redo = S.j_redo([r.generated_tokens], ctx.step_s) if p.use_redo else 0.0
             kv = self._kv(r)
+            credit = self.credit.get(r.rid, 0.0)
+            age = S.aging(view.now, r.task_arrival, p.rho, p.h_age) if p.use_aging else 1.0
 
-            def cost(r=r, redo=redo) -> float:
+            def cost(r=r, redo=redo, credit=credit, age=age) -> float:
                 c = redo
                 if p.use_revoke:
-                    age = S.aging(view.now, r.task_arrival, p.rho, p.h_age) if p.use_aging else 1.0
-                    c += S.j_revoke([max(self.credit.get(r.rid, 0.0), self._victim_gain(ctx, r) / ctx.wait_s) * ctx.wait_s * age])
+                    c += S.j_revoke([max(credit, self._victim_gain(ctx, r) / ctx.wait_s) * ctx.wait_s * age])
                 return c * (1.0 + p.preempt_margin)
 
-            out.append(RunningOption(r.rid, r.task_id, kv, cost, order_key=(redo + self.credit.get(r.rid, 0.0)) / max(kv, 1)))
+            # the same expression with the recorded credit alone: never above the cost (rounding is monotone)
+            lower = (redo + (credit * ctx.wait_s * age if p.use_revoke else 0.0)) * (1.0 + p.preempt_margin)
+            out.append(RunningOption(r.rid, r.task_id, kv, cost, order_key=(redo + credit) / max(kv, 1), lower_s=lower))
         return out
 
     def _victim_gain(self, ctx: DecisionContext, r: RequestInfo) -> float:
@@ -54,6 +57,12 @@ class PreemptionCosts:
         prog = view.tasks.get(r.task_id)
         if prog is None:
             return 0.0
+        digest = self._digests.get(r.task_id)  # valid this decision: its running calls and waiting calls are the same
+        tail = self._key_tail(ctx.wait_s, ctx.step_s)
+        if digest is not None:
+            hit = digest.victims.get(r.rid)
+            if hit is not None and hit[0] == tail:
+                return hit[1]
         tpl = view.templates[prog.template]
         rem = ctx.remaining.get(r.task_id)
         if rem is None:
@@ -70,4 +79,6 @@ class PreemptionCosts:
             admitted[r.stage] = waiting[r.stage] - 1
             gain = max(model.longest(st, admitted) - model.longest(st, waiting), 0.0)
             self._victims.put(key, gain)
+        if digest is not None:
+            digest.victims[r.rid] = (tail, gain)
         return gain

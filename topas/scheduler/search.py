@@ -48,6 +48,7 @@ class RunningOption:
     tokens: int  # KV freed by preempting it
     cost_s: float | Callable[[], float]
     order_key: float = 0.0  # cheap proxy the candidates are tried in (lower first)
+    lower_s: float = 0.0  # a lower bound of the cost, known without computing it
 
     def cost(self) -> float:
         if callable(self.cost_s):
@@ -87,6 +88,13 @@ class Problem:
     _group_heads: dict[tuple, list] = field(default_factory=dict, init=False, repr=False)
     _repair_fails: dict[str, tuple[float, int]] = field(default_factory=dict, init=False, repr=False)
     _agent_terms: tuple | None = field(default=None, init=False, repr=False)  # see _score
+    _min_tokens: int | None = field(default=None, init=False, repr=False)
+
+    def min_tokens(self) -> int:
+        """The smallest d_r of a scored call: a state with less room left admits nothing more."""
+        if self._min_tokens is None:
+            self._min_tokens = min(self.request_tokens.values(), default=0)
+        return self._min_tokens
 
     def batch_locked(self) -> frozenset[str]:
         return frozenset(a for a, o in self.agents.items() if o.forced)
@@ -169,14 +177,22 @@ def greedy_pack(p: Problem, resident: frozenset[str], repair: bool = True) -> Pl
     blocked: list[tuple[float, str]] = []
     max_admit = p.max_actions
     pop, push = heapq.heappop, heapq.heappush
+    min_d = p.min_tokens()
     while heap and len(admit) < max_admit:
+        if mem + min_d > budget:  # nothing left fits: the rest are blocked (their chains dropped), in pop order
+            for neg, _, i, ch in sorted(heap):
+                if -neg <= 0:
+                    break
+                rid, g = ch[i] if i >= 0 else ch[0]
+                blocked.append((g, rid))
+            break
         neg, t, i, ch = pop(heap)
         if -neg <= 0:
             break
         if i < 0:  # an overdue task's first call, outside R'
             rid, g = ch[0]
             a = p.request_agent[rid]
-            d = tokens[rid] + agents[a].tokens
+            d = tokens[rid] + (0 if a in outside_agents else agents[a].tokens)  # an earlier one may have brought it in
             if mem + d > budget:
                 blocked.append((g, rid))
                 continue
@@ -319,21 +335,51 @@ def small_prefix_calls(p: Problem, resident: frozenset[str], listed: Mapping[str
     return out
 
 
+def _repairs_all_fail(p: Problem, plan: Plan, pool: Sequence[RunningOption]) -> bool:
+    """True when no blocked call of this fresh plan can be repaired: a call that needs memory takes at least its
+    first eligible candidate (the first not of its own task), and fails there when that candidate alone already
+    costs its gain."""
+    if not pool:
+        return all(plan.memory + _repair_tokens(p, plan, rid) > p.budget for _, rid in plan.blocked)
+    first = pool[0]
+    other = None  # the first candidate for a call of first's own task
+    for g, rid in plan.blocked:
+        if plan.memory + _repair_tokens(p, plan, rid) <= p.budget:
+            return False
+        cand = first
+        if p.request_task[rid] == first.task_id:
+            if other is None:
+                other = next((r for r in pool if r.task_id != first.task_id), False)
+            if other is False:
+                continue
+            cand = other
+        if g > cand.lower_s and g > cand.cost():  # the bound spares computing the cost
+            return False
+    return True
+
+
+def _repair_tokens(p: Problem, plan: Plan, rid: str) -> int:
+    a = p.request_agent[rid]
+    return p.request_tokens[rid] + (0 if a in plan.resident else p.agents[a].tokens)
+
+
 def preempt_repair(p: Problem, plan: Plan) -> Plan:
     """Repair move: admit a blocked high-gain request by preempting running ones whose
     J_redo + J_revoke is below its gain (tried in the candidates' proxy order), within K actions.
     A candidate's cost is computed on its first use only (it may read the task-state cache)."""
     pool = p.victims()
+    if _repairs_all_fail(p, plan, pool):
+        return plan
     taken: set[str] = set()
     mem = plan.memory
-    max_actions, budget, agents, fails = p.max_actions, p.budget, p.agents, p._repair_fails
-    request_agent, request_tokens = p.request_agent, p.request_tokens
+    max_actions, budget, fails = p.max_actions, p.budget, p._repair_fails
+    request_agent = p.request_agent
     actions = len(plan.admit) + len(plan.preempt)
     for g, rid in sorted(plan.blocked, reverse=True):
         if actions >= max_actions:
             break
         a = request_agent[rid]
-        d = request_tokens[rid] + (0 if a in plan.resident else agents[a].tokens)
+        d = _repair_tokens(p, plan, rid)
         need = mem + d - budget
         if not taken:
             failed = fails.get(rid)

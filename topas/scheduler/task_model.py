@@ -20,7 +20,7 @@ from topas.scheduler.preemption import DecisionContext
 from topas.scheduler.progress import PathModel, TaskState, admission_chain
 from topas.workflow import WorkflowTemplate
 
-ESTIMATE_EPOCH = 8  # cached task states are refreshed after this many newly finished calls
+ESTIMATE_EPOCH = 8  # task states read the service estimates as of the start of each epoch of this many finished calls
 
 
 def two_digits(x: float) -> float:
@@ -44,7 +44,7 @@ class TaskDigest:
     and admission chains, valid while `sig` holds: its progress, its waiting calls (rid, ready time) and
     its running calls' stages and residual buckets."""
 
-    __slots__ = ("sig", "remaining", "active", "waiting", "reuse", "head", "state", "stage_rids", "chain_state", "chains")
+    __slots__ = ("sig", "remaining", "active", "waiting", "reuse", "head", "state", "stage_rids", "chain_state", "chains", "victims")
 
     def __init__(self, sig: tuple, remaining: dict, active: dict, waiting: dict, reuse: tuple[tuple[str, int], ...]) -> None:
         self.sig, self.remaining, self.active, self.waiting, self.reuse = sig, remaining, active, waiting, reuse
@@ -53,10 +53,11 @@ class TaskDigest:
         self.stage_rids: dict[str, list[str]] | None = None  # waiting rids per stage, by ready time
         self.chain_state: TaskState | None = None  # the state `chains` were built for
         self.chains: dict[frozenset[str], tuple] = {}  # eligible -> (_chains key, chain, [(rid, gain)])
+        self.victims: dict[str, tuple[tuple, float]] = {}  # running rid -> (key tail, gain of re-admitting it)
 
 
 class TaskModel:
-    """Needs from the policy: params, est, _stage_time, and the caches set up by `_init_task_model`."""
+    """Needs from the policy: params, est, and the caches set up by `_init_task_model`."""
 
     def _init_task_model(self) -> None:
         self._models: dict[str, PathModel] = {}
@@ -64,6 +65,10 @@ class TaskModel:
         self._digests: dict[int, TaskDigest] = {}  # task -> its digest at the last decision
         self._step_keys: dict[float, float] = {}  # step_s -> its coarse value (few distinct batch sizes)
         self._bucket_memo: dict[str, float] = {}  # per decision: residual bucket of a running call
+        self._epoch: int | None = None  # estimate epoch of `_epoch_est`
+        self._epoch_est: dict[tuple[str, str], tuple[tuple[float, float] | None, float]] = {}
+        self._epoch_times: dict[tuple[str, str, float], tuple[float, float]] = {}
+        self._pairs: tuple[object, tuple[tuple[str, str], ...]] = (None, ())  # (templates, their (agent, stage) pairs)
 
     def _model(self, tpl: WorkflowTemplate) -> PathModel:
         if tpl.name not in self._models:
@@ -84,10 +89,14 @@ class TaskModel:
         reuse_n: Counter = Counter()
         last, digests = self._digests, {}
         tail = self._key_tail(ctx.wait_s, ctx.step_s)
-        for tid, prog in view.tasks.items():
+        if tail[2] != self._epoch:
+            self._start_epoch(view.templates, tail[2])
+        tasks = view.tasks
+        # only the running and the scored tasks (the others are between calls, or beyond what could be admitted
+        # now: left to the fill); their order does not matter, every cache being a pure memo
+        for tid in [*running_by_task, *(t for t in scored if t not in running_by_task)]:
+            prog = tasks[tid]
             run = running_by_task.get(tid)
-            if run is None and tid not in scored:
-                continue  # between calls, or beyond what could be admitted now (left to the fill)
             ws = waiting_by_task.get(tid, ())
             sig = (prog.stage_done, [(r.rid, r.ready_time) for r in ws],
                    [(r.stage, self._residual_bucket(r)) for r in run] if run else None)
@@ -97,14 +106,13 @@ class TaskModel:
             digests[tid] = d
             ctx.active[tid], ctx.remaining[tid] = d.active, d.remaining
             if tid in scored:
-                if d.state is None or d.state[0] != tail or d.state[1][1] < self._states.puts - self._states.size:
+                if d.state is None or d.state[0] != tail:
                     tpl = view.templates[prog.template]
                     if d.head is None:
                         d.head = self._key_head(tpl, d.remaining, d.waiting, run or ())
-                    d.state = (tail, self._cached_state((d.head, *tail), tpl, d.remaining, d.waiting, run or (), ctx.wait_s,
-                                                        ctx.step_s))
-                # else: the same key, and the entry it found is still held: the lookup would find it again
-                states[tid] = d.state[1][0]
+                    d.state = (tail, self._cached_state((d.head, *tail), tpl, d.remaining, d.waiting, run or ()))
+                # else: the same key, so the same state (a state is a function of its key)
+                states[tid] = d.state[1]
             for a, n in d.reuse:
                 reuse_n[a] += n
         self._digests = digests
@@ -135,15 +143,45 @@ class TaskModel:
         """Path-model inputs of one task; cached on a coarse signature of its progress (incremental:
         a task is recomputed only when its own progress, W's bucket or the estimate epoch changes)."""
         key = (self._key_head(tpl, rem, waiting_counts, running), *self._key_tail(wait_s, step_s))
-        return self._cached_state(key, tpl, rem, waiting_counts, running, wait_s, step_s)[0]
+        return self._cached_state(key, tpl, rem, waiting_counts, running)
 
-    def _cached_state(self, key: tuple, tpl, rem, waiting_counts, running, wait_s, step_s) -> tuple[TaskState, int]:
-        """The `_states` entry of `key`: (state, index of its put), computed and put on a miss."""
-        entry = self._states.get(key)
-        if entry is None:
-            entry = (self._compute_task_state(tpl, rem, waiting_counts, running, wait_s, step_s), self._states.puts)
-            self._states.put(key, entry)
-        return entry
+    def _cached_state(self, key: tuple, tpl, rem, waiting_counts, running) -> TaskState:
+        """The state of `key` (head, W, coarse step, epoch), computed and cached on a miss. It is a function
+        of the key alone, so a hit and a recomputation agree: what the caches hold changes only the speed."""
+        st = self._states.get(key)
+        if st is None:
+            st = self._compute_task_state(tpl, rem, waiting_counts, running, key[-3], key[-2])
+            self._states.put(key, st)
+        return st
+
+    def _start_epoch(self, templates, epoch: int) -> None:
+        """Snapshot the service estimates of every (agent, stage) of the templates: the task states of an
+        estimate epoch all read these, whenever they are computed (docs/topas.md, "Decision cost")."""
+        if self._pairs[0] is not templates:
+            pairs = {(st.agent, st.id) for tpl in templates.values() for st in tpl.stages.values()}
+            self._pairs = (templates, tuple(sorted(pairs)))
+        est = self.est
+        self._epoch, self._epoch_times = epoch, {}
+        self._epoch_est = {(a, s): (est.service_moments(a, s) if est.observations(a, s) > 0 else None, est.output_tokens(a, s))
+                           for a, s in self._pairs[1]}
+
+    def _epoch_stage_time(self, agent: str, stage: str, coarse_step: float) -> tuple[float, float]:
+        """(mean, spread) of a stage's service as of the epoch's start: the observed moments, or the
+        estimated output length at the coarse decode step time before any call of it has finished."""
+        key = (agent, stage, coarse_step)
+        out = self._epoch_times.get(key)
+        if out is None:
+            snap = self._epoch_est.get((agent, stage))
+            if snap is None:  # a stage outside the view's templates (not met in a run): read it now, once per epoch
+                est = self.est
+                snap = self._epoch_est[(agent, stage)] = (
+                    est.service_moments(agent, stage) if est.observations(agent, stage) > 0 else None, est.output_tokens(agent, stage))
+            mom, y = snap
+            if mom is None:
+                m = y * coarse_step
+                mom = (m, 0.5 * m)
+            out = self._epoch_times[key] = mom
+        return out
 
     def _residual_bucket(self, r: RequestInfo) -> float:
         b = self._bucket_memo.get(r.rid)
@@ -152,7 +190,7 @@ class TaskModel:
             b = self._bucket_memo[r.rid] = round(max(1.0 - r.generated_tokens / max(y, 1.0), 0.1) * 4) / 4
         return b
 
-    def _compute_task_state(self, tpl, rem, waiting_counts, running, wait_s, step_s) -> TaskState:
+    def _compute_task_state(self, tpl, rem, waiting_counts, running, wait_s: float, coarse_step: float) -> TaskState:
         p = self.params
         base: dict[str, float] = {}
         spread = []
@@ -163,7 +201,7 @@ class TaskModel:
         for s, n in rem.items():
             if n <= 0:
                 continue
-            m, sd = self._stage_time(agent[s], s, step_s)
+            m, sd = self._epoch_stage_time(agent[s], s, coarse_step)
             spread.append(sd)
             rs = run_by_stage.get(s, ())
             todo = n - len(rs)
@@ -206,7 +244,7 @@ class TaskModel:
             if d.chain_state is not st and d.chain_state != st:  # an equal state reads the same `_chains` entries
                 d.chain_state, d.chains = st, {}
             hit = d.chains.get(eligible)
-            if hit is None or self._chains.get(hit[0]) is not hit[1]:
+            if hit is None:  # a chain is a function of its key: a digest's copy outlives the cache entry
                 if d.stage_rids is None:
                     d.stage_rids = self._stage_rids(waiting_by_task[tid])
                 tpl = view.templates[view.tasks[tid].template]

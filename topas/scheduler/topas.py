@@ -87,18 +87,14 @@ class TopasParams:
 
 
 class _LRU(OrderedDict):
-    """Entries are put only on a miss (so in insertion order) and leave oldest first: the entry put
-    as the i-th is held while i >= puts - size."""
+    """A bounded cache: entries are put on a miss and leave oldest first."""
 
     def __init__(self, size: int) -> None:
         super().__init__()
         self.size = size
-        self.puts = 0
 
     def put(self, k, v) -> None:
         self[k] = v
-        self.move_to_end(k)
-        self.puts += 1
         if len(self) > self.size:
             self.popitem(last=False)
 
@@ -121,18 +117,19 @@ class Topas(TaskModel, PreemptionCosts, Policy):
         self.credit: dict[str, float] = {}
         self._init_task_model()  # per-template tables and path models, per-task digests (task_model.py)
         self._chains = _LRU(4096)  # (task, signature, eligible) -> chain of (stage, gain)
-        self._states = _LRU(4096)  # (task, progress signature) -> (TaskState, index of its put)
+        self._states = _LRU(4096)  # (task, progress signature) -> TaskState
         self._victims = _LRU(4096)  # (TaskState, stage) -> gain of re-admitting a preempted call
         self._weights = Weights(beta=p.beta, move=p.use_move, reuse=p.use_reuse)
+        self._swap_memo: tuple[object, dict[int, float]] = (None, {})
         self._reset_memos()
 
     def _reset_memos(self) -> None:
         """Per-decision memos of per-call estimates (the estimates change only between decisions)."""
-        self._kv_memo: dict[str, int] = {}
         self._bucket_memo: dict[str, float] = {}
-        if getattr(self, "_time_epoch", None) != self.est.observed:  # stage times move only with the estimates
+        if getattr(self, "_time_epoch", None) != self.est.observed:  # these move only with the estimates
             self._time_epoch = self.est.observed
             self._time_memo: dict[tuple[str, str, float], tuple[float, float]] = {}
+            self._kv_memo: dict[tuple[str, int], int] = {}
 
     # ------------------------------------------------------------------ learning
     def on_event(self, event) -> None:
@@ -210,20 +207,20 @@ class Topas(TaskModel, PreemptionCosts, Policy):
         # then waits for memory for them instead of letting lower-gain requests bypass them.
         # With J_batch, an agent the plan does not hold (no running or admitted call) is deferred: neither
         # its blocked calls nor the fill may open it behind the plan's back.
-        deferred = (lambda agent: False)
+        held = None  # agents the fill may open (None: all)
         if p.use_batch and view.running:
             held = problem.batch_locked() | {problem.request_agent[rid] for rid in plan.admit}
-            deferred = (lambda agent: agent not in held)
-        ranked = {rid: g for g, rid in plan.blocked if not deferred(problem.request_agent[rid])}
+        agent_of = problem.request_agent
+        ranked = {rid: g for g, rid in plan.blocked if held is None or agent_of[rid] in held}
         ranked.update(plan.gains)
         if p.list_small_prefix:
             ranked.update((rid, g) for g, rid in small_prefix_calls(problem, plan.resident, ranked)
-                          if not deferred(problem.request_agent[rid]))
+                          if held is None or agent_of[rid] in held)
         admit = sorted(ranked, key=lambda rid: -ranked[rid])
         n_plan = len(admit)
         if p.work_conserving:
             chosen = set(admit) | set(plan.preempt)
-            rest = [r for r in view.waiting if r.rid not in chosen and not deferred(r.agent)]
+            rest = [r for r in view.waiting if r.rid not in chosen and (held is None or r.agent in held)]
             rest.sort(key=lambda r: (r.agent not in plan.resident, -gain_weight.get(r.task_id, 1.0), r.ready_time))
             admit += [r.rid for r in rest]
         admit = self._order(admit, n_plan, view, problem, chain)
@@ -289,9 +286,18 @@ class Topas(TaskModel, PreemptionCosts, Policy):
                 break
         return picked
 
+    def _swap_s(self, view: SchedulerView, tokens: int) -> float:
+        """The engine's host<->GPU transfer time of `tokens`, memoised while its cost model is the same object."""
+        if self._swap_memo[0] is not view.costs:
+            self._swap_memo = (view.costs, {})
+        memo = self._swap_memo[1]
+        out = memo.get(tokens)
+        if out is None:
+            out = memo[tokens] = view.costs.swap_time(tokens)
+        return out
+
     def _problem(self, view: SchedulerView, waiting_by_task, reuse_n: Counter, chain, ctx: DecisionContext) -> Problem:
         p = self.params
-        costs = view.costs
         forced = {r.agent for r in view.running}
         pool = forced | {r.agent for r in view.waiting} | {a for a, n in reuse_n.items() if n > 0}
         agents = {}
@@ -302,10 +308,11 @@ class Topas(TaskModel, PreemptionCosts, Policy):
             res = ps.residency
             # the paper's J_move counts bytes moved (mu l_a / B_swap): a prefix on neither tier is charged the
             # same bytes; its recompute is part of the admitted request's own service, not an extra cost
-            move_in = 0.0 if res == Residency.GPU else costs.swap_time(ps.tokens)
-            agents[a] = AgentOption(a, ps.tokens, a in forced, res == Residency.GPU, move_in, reuse_n.get(a, 0), costs.swap_time(ps.tokens))
+            reload_s = self._swap_s(view, ps.tokens)
+            move_in = 0.0 if res == Residency.GPU else reload_s
+            agents[a] = AgentOption(a, ps.tokens, a in forced, res == Residency.GPU, move_in, reuse_n.get(a, 0), reload_s)
         running_kv = sum([self._kv(r) for r in view.running])
-        swap_per_token = costs.swap_time(10_000) / 10_000
+        swap_per_token = self._swap_s(view, 10_000) / 10_000
         request_agent, request_task, request_tokens = {}, {}, {}  # of the scored calls: only these can be admitted
         for rs in waiting_by_task.values():
             for r in rs:
@@ -342,9 +349,11 @@ class Topas(TaskModel, PreemptionCosts, Policy):
         return BatchPricing(max(tokens, 1.0), max(service, 1e-6), rates, ctx.wait_s * age)
 
     def _kv(self, r: RequestInfo) -> int:
-        """d_r at completion: own prompt suffix + (estimated) output, beyond the shared prefix."""
-        v = self._kv_memo.get(r.rid)
+        """d_r at completion: own prompt suffix + (estimated) output, beyond the shared prefix. Kept across
+        decisions while the estimates and the call's generated tokens stay the same."""
+        key = (r.rid, r.generated_tokens)
+        v = self._kv_memo.get(key)
         if v is None:
-            v = self._kv_memo[r.rid] = int(r.prompt_tokens - r.prefix_tokens
-                                           + max(self.est.output_tokens(r.agent, r.stage), r.generated_tokens))
+            v = self._kv_memo[key] = int(r.prompt_tokens - r.prefix_tokens
+                                         + max(self.est.output_tokens(r.agent, r.stage), r.generated_tokens))
         return v
