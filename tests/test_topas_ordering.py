@@ -99,3 +99,58 @@ def test_an_idle_downstream_prefix_is_pinned_for_reuse_only_with_pin_for_reuse()
     view = _reuse_view()
     assert "b" in create_policy("topas", {"pin_for_reuse": True}).schedule(view).pin
     assert "b" not in create_policy("topas").schedule(view).pin
+
+
+def test_group_demand_puts_many_calls_of_one_agent_before_one_better_call():
+    from topas.scheduler.ordering import group_demand
+
+    agent = {"b1": "B", "a1": "A", "a2": "A", "a3": "A", "c1": "C"}
+    value = {"b1": 3.0, "a1": 1.0, "a2": 1.0, "a3": 1.5, "c1": 3.0}
+    by_best = group_by_agent(list(agent), agent, lambda g: max(value[r] for r in g))
+    by_demand = group_by_agent(list(agent), agent, lambda g: group_demand(g, value.get))
+    assert by_best == ["b1", "c1", "a1", "a2", "a3"]
+    assert by_demand == ["a1", "a2", "a3", "b1", "c1"]  # A serves 3.5; B and C tie at 3.0 (list order)
+
+
+def test_prefix_bound_is_a_share_of_the_pool_locked_by_running_calls():
+    from topas.scheduler.ordering import prefix_bound
+
+    assert prefix_bound(12_000, 16_000, 0.65) and not prefix_bound(12_000, 60_000, 0.65)
+    assert not prefix_bound(16_000, 16_000, 1.0)  # 1.0: never
+
+
+def _two_stage_view(kv: int):
+    """Chain A -> B, prefixes of 6,000 tokens each, both locked by a running call. The oldest task (0) waits on
+    its B call; six younger tasks (1-6) wait on their A calls."""
+    import dataclasses
+
+    from conftest import make_view, req_info
+
+    from topas.policy import PrefixState, TaskProgress
+    from topas.workflow import Agent, TemplateStage, WorkflowTemplate
+
+    agents = {"a": Agent("a", 6000), "b": Agent("b", 6000)}
+    tpl = WorkflowTemplate("ab", agents, {"A": TemplateStage("A", "a"), "B": TemplateStage("B", "b", deps=("A",))})
+    call = lambda rid, agent, t, stage, ready: req_info(rid, agent, t, stage=stage, arrival=float(t), ready=ready,  # noqa: E731
+                                                        prompt=6500, prefix=6000, cached=6000)
+    waiting = [call("0:B", "b", 0, "B", 20.0)] + [call(f"{t}:A", "a", t, "A", float(t)) for t in range(1, 7)]
+    running = [dataclasses.replace(call("7:A", "a", 7, "A", 7.0), generated_tokens=10, admitted_time=7.0),
+               dataclasses.replace(call("8:B", "b", 8, "B", 8.0), generated_tokens=10, admitted_time=8.0)]
+    tasks = {0: TaskProgress(0, "ab", 0.0, stage_done={"A": 1}, waiting=("0:B",)),
+             **{t: TaskProgress(t, "ab", float(t), waiting=(f"{t}:A",)) for t in range(1, 7)},
+             7: TaskProgress(7, "ab", 7.0, running=("7:A",)),
+             8: TaskProgress(8, "ab", 8.0, stage_done={"A": 1}, running=("8:B",))}
+    prefixes = {a: PrefixState(a, 6000, 6000, 0, pinned=False, in_use=True) for a in agents}
+    return make_view(waiting, running, tasks=tasks, templates={"ab": tpl}, prefixes=prefixes, now=30.0, kv=kv)
+
+
+def test_when_locked_prefixes_bind_the_batch_the_agent_with_the_most_demand_goes_first():
+    """Memory-bound by prefixes (12,000 of 16,000 tokens locked): the six A calls go before the older task's
+    B call, so B's running call can drain and free its prefix for a larger batch of A calls (consolidation).
+    Switched off, or with a pool the prefixes do not bind (60,000 tokens), the older task's call goes first."""
+    from topas.policy import create_policy
+
+    bound = _two_stage_view(kv=16_000)
+    assert create_policy("topas").schedule(bound).admit[0].endswith(":A")
+    assert create_policy("topas", {"consolidate_share": 1.0}).schedule(bound).admit[0] == "0:B"
+    assert create_policy("topas").schedule(_two_stage_view(kv=60_000)).admit[0] == "0:B"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
+from typing import Any
 
 
 class AdmissionOrder(str, Enum):
@@ -16,7 +17,7 @@ class AdmissionOrder(str, Enum):
 
 
 def group_by_agent(rids: Sequence[str], agent_of: Mapping[str, str],
-                   group_value: Callable[[list[str]], float] | None = None) -> list[str]:
+                   group_value: Callable[[list[str]], Any] | None = None) -> list[str]:
     """Each agent's calls pulled together, in list order within the group, so that calls sharing a
     prefix are admitted together (as Parrot's ctx_group). Groups keep the order of their first call,
     or, with `group_value`, are ranked by it (largest first; ties keep list order)."""
@@ -25,7 +26,7 @@ def group_by_agent(rids: Sequence[str], agent_of: Mapping[str, str],
         by_agent.setdefault(agent_of[rid], []).append(rid)
     groups = list(by_agent.values())
     if group_value is not None:
-        groups.sort(key=lambda g: -group_value(g))
+        groups.sort(key=group_value, reverse=True)  # stable: ties keep list order
     return [rid for group in groups for rid in group]
 
 
@@ -35,3 +36,14 @@ def task_value(chain: Sequence[tuple[str, float]]) -> float:
     rather than by one call's marginal gain keeps a fan-out's first branch, whose own gain is small
     until its sibling runs too, from trailing other tasks' single calls."""
     return sum(g for _, g in chain)
+
+
+def group_demand(group: Sequence[str], value_of: Callable[[str], float]) -> tuple[float, int]:
+    """What an agent group serves: the summed value of its calls' tasks, then its number of calls (ties).
+    Ranking groups by it instead of by their best task is the consolidation order (`prefix_bound`)."""
+    return sum([value_of(rid) for rid in group]), len(group)
+
+
+def prefix_bound(locked_tokens: int, pool_tokens: int, share: float) -> bool:
+    """The batch is bound by prefixes: those locked by running calls take more than `share` of the pool."""
+    return locked_tokens > share * pool_tokens

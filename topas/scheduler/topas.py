@@ -35,7 +35,7 @@ from topas.policy.estimates import Prior, ServiceEstimator
 from topas.scheduler import score as S
 from topas.scheduler.batch import BatchPricing, ReadyRates
 from topas.scheduler.digest import group_calls
-from topas.scheduler.ordering import AdmissionOrder, group_by_agent, task_value
+from topas.scheduler.ordering import AdmissionOrder, group_by_agent, group_demand, prefix_bound, task_value
 from topas.scheduler.pins import safe_pins
 from topas.scheduler.preemption import DecisionContext, PreemptionCosts
 from topas.scheduler.search import AgentOption, Problem, Weights, search, small_prefix_calls
@@ -69,6 +69,9 @@ class TopasParams:
     list_small_prefix: bool = True  # list a call outside R' by its gain when its prefix is smaller than its own KV
     unpin_under_pressure: bool = True  # pin an idle prefix only in memory no running or listed call is expected to need
     admission_order: AdmissionOrder = AdmissionOrder.PLAN_BY_TASK  # ordering.py; GAIN: the search's order
+    consolidate_share: float = 0.65  # above this share of the pool locked by running calls' prefixes, the plan's
+    # agent groups are ranked by the demand they serve, not by their best task (docs/topas.md, "Consolidation by
+    # demand"); 1.0 or more: never (ablation)
     pin_for_reuse: bool = False  # also pin idle prefixes for one-hop reuse (V_reuse); off: measured a throughput trap
     use_batch: bool = False  # J_batch: opening a prefix is charged the calls of locked agents it crowds out;
     # calls of agents outside R' are then deferred (not offered to the work-conserving fill)
@@ -83,7 +86,7 @@ class TopasParams:
                              f"{[o.value for o in AdmissionOrder]}") from None
 
         check_ranges(self, h_age="> 0", M=">= 0", K="> 0", beta=">= 0", rho=">= 0", preempt_margin=">= 0",
-                     overdue_factor=">= 0")
+                     overdue_factor=">= 0", consolidate_share=">= 0")
 
 
 class _LRU(OrderedDict):
@@ -250,10 +253,15 @@ class Topas(TaskModel, PreemptionCosts, Policy):
             return group_by_agent(admit, agent_of)
         values = {t: task_value(chain(t, ags)) for t, ags in problem.task_agents.items() if ags}
         task_of = {r.rid: r.task_id for r in view.waiting}
-        by_task = lambda group: max(values.get(task_of[rid], 0.0) for rid in group)  # noqa: E731
+        value_of = lambda rid: values.get(task_of[rid], 0.0)  # noqa: E731
+        locked = sum([o.tokens for o in problem.agents.values() if o.forced])
+        if prefix_bound(locked, problem.budget, self.params.consolidate_share):
+            rank = lambda group: group_demand(group, value_of)  # noqa: E731
+        else:
+            rank = lambda group: max(value_of(rid) for rid in group)  # noqa: E731
         if order is AdmissionOrder.PLAN_BY_TASK:
-            return group_by_agent(admit[:n_plan], agent_of, by_task) + group_by_agent(admit[n_plan:], agent_of)
-        return group_by_agent(admit, agent_of, by_task)
+            return group_by_agent(admit[:n_plan], agent_of, rank) + group_by_agent(admit[n_plan:], agent_of)
+        return group_by_agent(admit, agent_of, rank)
 
     def _overdue(self, view: SchedulerView, scored: set[int], waiting_by_task, wait_s: float, step_s: float) -> frozenset[int]:
         """Scored tasks with a call waiting longer than overdue_factor x max(W, its expected service)."""
