@@ -226,3 +226,19 @@ def test_decisions_do_not_depend_on_true_output_lengths():
         run_sim(trace(out), rec)
         logs.append(rec.log)
     assert logs[0] and logs[0] == logs[1][: len(logs[0])]
+
+
+def test_preemption_candidates_come_in_order_key_order_each_built_once_on_first_access():
+    from topas.scheduler.repair import Candidates
+
+    keys = [0.5, 0.1, 0.5, 0.2]
+    built = []
+
+    def make(i):
+        built.append(i)
+        return RunningOption(f"r{i}", i, 10, 1.0, order_key=keys[i])
+
+    pool = Candidates(keys, make)
+    assert pool[0].rid == "r1" and built == [1]  # only what is read is built
+    assert [o.rid for o in pool] == ["r1", "r3", "r0", "r2"]  # equal keys keep the given order
+    assert sorted(built) == [0, 1, 2, 3]  # each once

@@ -8,7 +8,7 @@ from topas.policy import RequestInfo, SchedulerView
 from topas.policy.progress import remaining_calls
 from topas.scheduler import score as S
 from topas.scheduler.digest import stage_counts
-from topas.scheduler.search import RunningOption
+from topas.scheduler.repair import Candidates, RunningOption
 
 
 @dataclass
@@ -27,20 +27,29 @@ class DecisionContext:
 class PreemptionCosts:
     """Needs from the policy: params, est, credit, _kv, _task_state, _key_tail, _digests, _model, _victims."""
 
-    def _running_options(self, ctx: DecisionContext) -> list[RunningOption]:
+    def _running_options(self, ctx: DecisionContext) -> Candidates:
         """Preemption candidates with their cost J_redo + J_revoke. The revoked credit is the
         larger of the credit recorded at admission (rescaled to the current W and aging) and
         what the request's progress is worth now (its task's path grows by that much if it
-        goes back to waiting), so a request admitted by the work-conserving fill is not free."""
+        goes back to waiting), so a request admitted by the work-conserving fill is not free.
+        Only the trial order is computed for all of them; an option is built when first tried."""
         p, view = self.params, ctx.view
-        out = []
-        for r in view.running:
-            redo = S.j_redo([r.generated_tokens], ctx.step_s) if p.use_redo else 0.0
-            kv = self._kv(r)
-            credit = self.credit.get(r.rid, 0.0)
+        running = view.running
+        redos, kvs, credits, keys = [], [], [], []
+        kv_of, credit_of, step_s = self._kv, self.credit.get, ctx.step_s
+        for r in running:
+            redo = S.j_redo([r.generated_tokens], step_s) if p.use_redo else 0.0
+            kv, credit = kv_of(r), credit_of(r.rid, 0.0)
+            redos.append(redo)
+            kvs.append(kv)
+            credits.append(credit)
+            keys.append((redo + credit) / max(kv, 1))
+
+        def build(i: int) -> RunningOption:
+            r, redo, credit = running[i], redos[i], credits[i]
             age = S.aging(view.now, r.task_arrival, p.rho, p.h_age) if p.use_aging else 1.0
 
-            def cost(r=r, redo=redo, credit=credit, age=age) -> float:
+            def cost() -> float:
                 c = redo
                 if p.use_revoke:
                     c += S.j_revoke([max(credit, self._victim_gain(ctx, r) / ctx.wait_s) * ctx.wait_s * age])
@@ -48,8 +57,9 @@ class PreemptionCosts:
 
             # the same expression with the recorded credit alone: never above the cost (rounding is monotone)
             lower = (redo + (credit * ctx.wait_s * age if p.use_revoke else 0.0)) * (1.0 + p.preempt_margin)
-            out.append(RunningOption(r.rid, r.task_id, kv, cost, order_key=(redo + credit) / max(kv, 1), lower_s=lower))
-        return out
+            return RunningOption(r.rid, r.task_id, kvs[i], cost, order_key=keys[i], lower_s=lower)
+
+        return Candidates(keys, build)
 
     def _victim_gain(self, ctx: DecisionContext, r: RequestInfo) -> float:
         """Delta_task of re-admitting r if it were sent back to waiting (unweighted seconds)."""

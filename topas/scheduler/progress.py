@@ -62,6 +62,14 @@ class TaskState:
     def __hash__(self) -> int:
         return self._hash
 
+    def __eq__(self, other: object) -> bool:  # the dataclass's comparison, after the cached hashes (cache lookups)
+        if self is other:
+            return True
+        if other.__class__ is not TaskState:
+            return NotImplemented
+        return (self._hash == other._hash and self.base_items == other.base_items
+                and self.waiting_items == other.waiting_items and self.wait_s == other.wait_s and self.tau == other.tau)
+
     @classmethod
     def of(cls, base: Mapping[str, float], waiting: Mapping[str, int], wait_s: float, tau: float) -> TaskState:
         return cls(tuple(sorted(base.items())), tuple(sorted(waiting.items())), wait_s, tau)

@@ -25,8 +25,10 @@ from typing import NamedTuple
 
 from topas.scheduler import score as S
 from topas.scheduler.batch import BatchPricing
+from topas.scheduler.repair import Candidates, RunningOption, preempt_repair
 
 Chain = Sequence[tuple[str, float]]  # [(rid, age-weighted marginal gain)] of one task, in admission order
+_NO_AGING = itertools.repeat(1.0)  # J_admit's aging factor for gains already age-weighted
 
 
 class AgentOption(NamedTuple):  # a tuple: built for every agent at every decision
@@ -37,23 +39,6 @@ class AgentOption(NamedTuple):  # a tuple: built for every agent at every decisi
     move_in_s: float  # 0 on GPU; host load; or recompute (prefill) when on neither tier
     reuse_n: int  # one-hop downstream stages about to become ready (V_reuse)
     reload_s: float  # seconds to bring the prefix back later (V_reuse unit)
-
-
-@dataclass(slots=True)
-class RunningOption:
-    """A preemption candidate. Its cost (J_redo + J_revoke) may be given or computed on first use."""
-
-    rid: str
-    task_id: int
-    tokens: int  # KV freed by preempting it
-    cost_s: float | Callable[[], float]
-    order_key: float = 0.0  # cheap proxy the candidates are tried in (lower first)
-    lower_s: float = 0.0  # a lower bound of the cost, known without computing it
-
-    def cost(self) -> float:
-        if callable(self.cost_s):
-            self.cost_s = self.cost_s()
-        return self.cost_s
 
 
 @dataclass(frozen=True)
@@ -76,11 +61,12 @@ class Problem:
     swap_s_per_token: float
     max_actions: int  # K
     weights: Weights = field(default_factory=Weights)
-    running: Callable[[], Sequence[RunningOption]] | None = None  # preemption candidates, computed on demand
+    # preemption candidates, computed on demand: any sequence (sorted by order_key here), or `Candidates`
+    running: Callable[[], Sequence[RunningOption]] | None = None
     overdue: frozenset[int] = frozenset()  # tasks with a call waiting well beyond W: scored outside R' too
     batch: BatchPricing | None = None  # J_batch on (None: off)
     service_s: Mapping[str, float] = field(default_factory=dict)  # expected service of each waiting request
-    _victims: list[RunningOption] | None = field(default=None, init=False, repr=False)
+    _victims: Sequence[RunningOption] | None = field(default=None, init=False, repr=False)
     _locked_demand: list[tuple[float, str]] | None = field(default=None, init=False, repr=False)
     # per decision: tasks grouped by their agents, each group's first calls per R' pattern (_heads), and
     # the blocked calls whose repair failed, rid -> (gain, smallest memory shortfall seen)
@@ -106,10 +92,11 @@ class Problem:
             self._locked_demand = sorted(items, key=lambda x: -x[0])
         return self._locked_demand
 
-    def victims(self) -> list[RunningOption]:
+    def victims(self) -> Sequence[RunningOption]:
         """Preemption candidates, cheapest per freed token first (computed once per decision)."""
         if self._victims is None:
-            self._victims = sorted(self.running() if self.running else (), key=lambda r: r.order_key)
+            opts = self.running() if self.running else ()
+            self._victims = opts if isinstance(opts, Candidates) else sorted(opts, key=lambda r: r.order_key)
         return self._victims
 
 
@@ -225,7 +212,7 @@ def _score(p: Problem, resident: frozenset[str], admit: list[str], gains: Mappin
                           {a: (o.reuse_n, o.reload_s) for a, o in agents.items()})
     on_gpu, reuse = p._agent_terms
     in_order = sorted(resident)  # float sums in a fixed order: a set's order follows the string hash seed
-    total = S.j_admit([(g, 1.0) for g in gains.values()])  # gains are already age-weighted
+    total = S.j_admit(zip(gains.values(), _NO_AGING))  # gains are already age-weighted
     if w.move:
         moves = [(agents[a].move_in_s, len({p.request_task[rid] for rid in admit if p.request_agent[rid] == a}))
                  for a in in_order if not agents[a].on_gpu]  # (seconds, tasks affected)
@@ -333,86 +320,3 @@ def small_prefix_calls(p: Problem, resident: frozenset[str], listed: Mapping[str
         if g > 0 and rid not in listed and p.agents[p.request_agent[rid]].tokens < p.request_tokens[rid]:
             out.append((g, rid))
     return out
-
-
-def _repairs_all_fail(p: Problem, plan: Plan, pool: Sequence[RunningOption]) -> bool:
-    """True when no blocked call of this fresh plan can be repaired: a call that needs memory takes at least its
-    first eligible candidate (the first not of its own task), and fails there when that candidate alone already
-    costs its gain."""
-    if not pool:
-        return all(plan.memory + _repair_tokens(p, plan, rid) > p.budget for _, rid in plan.blocked)
-    first = pool[0]
-    other = None  # the first candidate for a call of first's own task
-    for g, rid in plan.blocked:
-        if plan.memory + _repair_tokens(p, plan, rid) <= p.budget:
-            return False
-        cand = first
-        if p.request_task[rid] == first.task_id:
-            if other is None:
-                other = next((r for r in pool if r.task_id != first.task_id), False)
-            if other is False:
-                continue
-            cand = other
-        if g > cand.lower_s and g > cand.cost():  # the bound spares computing the cost
-            return False
-    return True
-
-
-def _repair_tokens(p: Problem, plan: Plan, rid: str) -> int:
-    a = p.request_agent[rid]
-    return p.request_tokens[rid] + (0 if a in plan.resident else p.agents[a].tokens)
-
-
-def preempt_repair(p: Problem, plan: Plan) -> Plan:
-    """Repair move: admit a blocked high-gain request by preempting running ones whose
-    J_redo + J_revoke is below its gain (tried in the candidates' proxy order), within K actions.
-    A candidate's cost is computed on its first use only (it may read the task-state cache)."""
-    pool = p.victims()
-    if _repairs_all_fail(p, plan, pool):
-        return plan
-    taken: set[str] = set()
-    mem = plan.memory
-    max_actions, budget, fails = p.max_actions, p.budget, p._repair_fails
-    request_agent = p.request_agent
-    actions = len(plan.admit) + len(plan.preempt)
-    for g, rid in sorted(plan.blocked, reverse=True):
-        if actions >= max_actions:
-            break
-        a = request_agent[rid]
-        d = _repair_tokens(p, plan, rid)
-        need = mem + d - budget
-        if not taken:
-            failed = fails.get(rid)
-            if failed is not None and failed[0] == g and need >= failed[1]:
-                # with no candidate taken, a larger shortfall walks the same candidates to the same
-                # failure (and reads no cost not yet computed): skip it
-                continue
-        task = p.request_task[rid]
-        chosen, freed, cost = [], 0, 0.0
-        for r in pool:
-            if freed >= need:
-                break
-            if r.rid in taken or r.task_id == task:
-                continue
-            chosen.append(r)
-            freed += r.tokens
-            c = r.cost_s
-            cost += r.cost() if callable(c) else c
-            if cost >= g:
-                break
-        if freed < need or cost >= g:
-            if not taken:  # not skipped above: no smaller shortfall has failed for this gain
-                fails[rid] = (g, need)
-            continue
-        if actions + len(chosen) + 1 > max_actions:
-            continue
-        taken.update(r.rid for r in chosen)
-        plan.preempt.extend(r.rid for r in chosen)
-        plan.admit.append(rid)
-        plan.gains[rid] = g
-        plan.score += g - cost
-        mem += d - freed
-        plan.resident = plan.resident | {a}
-        actions += len(chosen) + 1
-    plan.memory = mem
-    return plan

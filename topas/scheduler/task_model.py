@@ -44,12 +44,14 @@ class TaskDigest:
     and admission chains, valid while `sig` holds: its progress, its waiting calls (rid, ready time) and
     its running calls' stages and residual buckets."""
 
-    __slots__ = ("sig", "remaining", "active", "waiting", "reuse", "head", "state", "stage_rids", "chain_state", "chains", "victims")
+    __slots__ = ("sig", "remaining", "active", "waiting", "reuse", "head", "state", "bases", "stage_rids", "chain_state", "chains",
+                 "victims")
 
     def __init__(self, sig: tuple, remaining: dict, active: dict, waiting: dict, reuse: tuple[tuple[str, int], ...]) -> None:
         self.sig, self.remaining, self.active, self.waiting, self.reuse = sig, remaining, active, waiting, reuse
         self.head: tuple | None = None  # (template, remaining, waiting, running) part of the state key
         self.state: tuple | None = None  # (key tail, the `_states` entry that key found)
+        self.bases: dict[tuple, tuple] = {}  # (coarse step, epoch) -> the W-free part of its states (_state_parts)
         self.stage_rids: dict[str, list[str]] | None = None  # waiting rids per stage, by ready time
         self.chain_state: TaskState | None = None  # the state `chains` were built for
         self.chains: dict[frozenset[str], tuple] = {}  # eligible -> (_chains key, chain, [(rid, gain)])
@@ -91,7 +93,8 @@ class TaskModel:
         tail = self._key_tail(ctx.wait_s, ctx.step_s)
         if tail[2] != self._epoch:
             self._start_epoch(view.templates, tail[2])
-        tasks = view.tasks
+        tasks, active, remaining = view.tasks, ctx.active, ctx.remaining
+        buckets, bucket = self._bucket_memo, self._residual_bucket
         # only the running and the scored tasks (the others are between calls, or beyond what could be admitted
         # now: left to the fill); their order does not matter, every cache being a pure memo
         for tid in [*running_by_task, *(t for t in scored if t not in running_by_task)]:
@@ -99,18 +102,19 @@ class TaskModel:
             run = running_by_task.get(tid)
             ws = waiting_by_task.get(tid, ())
             sig = (prog.stage_done, [(r.rid, r.ready_time) for r in ws],
-                   [(r.stage, self._residual_bucket(r)) for r in run] if run else None)
+                   [(r.stage, buckets[r.rid] if r.rid in buckets else bucket(r)) for r in run] if run else None)
             d = last.get(tid)
             if d is None or d.sig != sig:
                 d = self._digest(view.templates[prog.template], prog, ws, run, sig)
             digests[tid] = d
-            ctx.active[tid], ctx.remaining[tid] = d.active, d.remaining
+            active[tid] = d.active
+            remaining[tid] = d.remaining
             if tid in scored:
                 if d.state is None or d.state[0] != tail:
                     tpl = view.templates[prog.template]
                     if d.head is None:
                         d.head = self._key_head(tpl, d.remaining, d.waiting, run or ())
-                    d.state = (tail, self._cached_state((d.head, *tail), tpl, d.remaining, d.waiting, run or ()))
+                    d.state = (tail, self._cached_state((d.head, *tail), tpl, d.remaining, d.waiting, run or (), d.bases))
                 # else: the same key, so the same state (a state is a function of its key)
                 states[tid] = d.state[1]
             for a, n in d.reuse:
@@ -145,12 +149,19 @@ class TaskModel:
         key = (self._key_head(tpl, rem, waiting_counts, running), *self._key_tail(wait_s, step_s))
         return self._cached_state(key, tpl, rem, waiting_counts, running)
 
-    def _cached_state(self, key: tuple, tpl, rem, waiting_counts, running) -> TaskState:
+    def _cached_state(self, key: tuple, tpl, rem, waiting_counts, running, bases: dict | None = None) -> TaskState:
         """The state of `key` (head, W, coarse step, epoch), computed and cached on a miss. It is a function
-        of the key alone, so a hit and a recomputation agree: what the caches hold changes only the speed."""
+        of the key alone, so a hit and a recomputation agree: what the caches hold changes only the speed.
+        `bases`: a digest's memo of the parts of its states that do not depend on W (a new W reuses them)."""
         st = self._states.get(key)
         if st is None:
-            st = self._compute_task_state(tpl, rem, waiting_counts, running, key[-3], key[-2])
+            wait_s, coarse_step = key[-3], key[-2]
+            parts = bases.get(key[-2:]) if bases is not None else None
+            if parts is None:
+                parts = self._state_parts(tpl, rem, waiting_counts, running, coarse_step)
+                if bases is not None:
+                    bases[key[-2:]] = parts
+            st = self._state_at(parts, wait_s)
             self._states.put(key, st)
         return st
 
@@ -190,8 +201,14 @@ class TaskModel:
             b = self._bucket_memo[r.rid] = round(max(1.0 - r.generated_tokens / max(y, 1.0), 0.1) * 4) / 4
         return b
 
-    def _compute_task_state(self, tpl, rem, waiting_counts, running, wait_s: float, coarse_step: float) -> TaskState:
-        p = self.params
+    def _state_at(self, parts: tuple, wait_s: float) -> TaskState:
+        """A task state from its W-free parts and W (the smooth max's temperature grows with W)."""
+        base_items, waiting_items, spread_mean = parts
+        tau = self.params.tie_temperature * wait_s + spread_mean
+        return TaskState(base_items, waiting_items, round(wait_s, 3), round(tau, 3))
+
+    def _state_parts(self, tpl, rem, waiting_counts, running, coarse_step: float) -> tuple:
+        """(sorted base items, sorted waiting items, mean service spread) of a task state: all but W."""
         base: dict[str, float] = {}
         spread = []
         run_by_stage: dict[str, list[RequestInfo]] = {}
@@ -207,8 +224,7 @@ class TaskModel:
             todo = n - len(rs)
             residual = sum([m * self._residual_bucket(r) for r in rs]) if rs else 0
             base[s] = round(max(todo, 0.0) * m + residual, 3)
-        tau = p.tie_temperature * wait_s + (sum(spread) / len(spread) if spread else 0.0)
-        return TaskState.of(base, waiting_counts, round(wait_s, 3), round(tau, 3))
+        return tuple(sorted(base.items())), tuple(sorted(waiting_counts.items())), (sum(spread) / len(spread) if spread else 0.0)
 
     @staticmethod
     def _stage_rids(rs: list[RequestInfo]) -> dict[str, list[str]]:

@@ -123,7 +123,9 @@ class Topas(TaskModel, PreemptionCosts, Policy):
         self._states = _LRU(4096)  # (task, progress signature) -> TaskState
         self._victims = _LRU(4096)  # (TaskState, stage) -> gain of re-admitting a preempted call
         self._weights = Weights(beta=p.beta, move=p.use_move, reuse=p.use_reuse)
-        self._swap_memo: tuple[object, dict[int, float]] = (None, {})
+        self._swap_memo: tuple[object, dict[int, float]] = (None, {})  # per cost model: tokens -> swap seconds
+        self._step_memo: tuple[object, dict[int, float]] = (None, {})  # per cost model: batch size -> decode step
+        self._arrival_key: dict[int, tuple[float, int]] = {}  # task -> (arrival, task): the scoring order
         self._reset_memos()
 
     def _reset_memos(self) -> None:
@@ -156,7 +158,13 @@ class Topas(TaskModel, PreemptionCosts, Policy):
     def _step_s(self, view: SchedulerView) -> float:
         """Decode step time at the current batch size, rounded to a power of two (few distinct queries)."""
         bs = 1 << max(len(view.running), 1).bit_length() - 1
-        return view.costs.decode_step_time(bs, _TYPICAL_CONTEXT)
+        if self._step_memo[0] is not view.costs:
+            self._step_memo = (view.costs, {})
+        memo = self._step_memo[1]
+        out = memo.get(bs)
+        if out is None:
+            out = memo[bs] = view.costs.decode_step_time(bs, _TYPICAL_CONTEXT)
+        return out
 
     def _stage_time(self, agent: str, stage: str, step_s: float) -> tuple[float, float]:
         key = (agent, stage, step_s)
@@ -179,9 +187,10 @@ class Topas(TaskModel, PreemptionCosts, Policy):
         if not rs:
             return 0.0
         total = 0.0
+        times, stage_time, buckets, bucket = self._time_memo, self._stage_time, self._bucket_memo, self._residual_bucket
         for r in rs:
-            m, _ = self._stage_time(r.agent, r.stage, step_s)
-            total += m * self._residual_bucket(r) if r.admitted_time is not None else m
+            m = (times.get((r.agent, r.stage, step_s)) or stage_time(r.agent, r.stage, step_s))[0]
+            total += m * (buckets.get(r.rid) or bucket(r)) if r.admitted_time is not None else m
         return total / len(rs)
 
     # ------------------------------------------------------------------ decision
@@ -195,7 +204,11 @@ class Topas(TaskModel, PreemptionCosts, Policy):
         scored = self._candidate_tasks(view, waiting_by_task)
         ctx = DecisionContext(view, {}, waiting_by_task, running_by_task, wait_s, step_s)
         states, reuse_n = self._task_states(ctx, scored)
-        gain_weight = {tid: (S.aging(view.now, view.tasks[tid].arrival, p.rho, p.h_age) if p.use_aging else 1.0) for tid in states}
+        if p.use_aging:
+            aging, now, tasks, rho, h_age = S.aging, view.now, view.tasks, p.rho, p.h_age
+            gain_weight = {tid: aging(now, tasks[tid].arrival, rho, h_age) for tid in states}
+        else:
+            gain_weight = dict.fromkeys(states, 1.0)
         chain = self._chain_fn(view, states, waiting_by_task, gain_weight)
         problem = self._problem(view, {t: waiting_by_task[t] for t in scored}, reuse_n, chain, ctx)
         if p.score_overdue:  # no call waits behind resident agents for much longer than the expected wait W
@@ -220,13 +233,13 @@ class Topas(TaskModel, PreemptionCosts, Policy):
             ranked.update((rid, g) for g, rid in small_prefix_calls(problem, plan.resident, ranked)
                           if held is None or agent_of[rid] in held)
         admit = sorted(ranked, key=lambda rid: -ranked[rid])
-        n_plan = len(admit)
+        rest: list[RequestInfo] = []
         if p.work_conserving:
             chosen = set(admit) | set(plan.preempt)
             rest = [r for r in view.waiting if r.rid not in chosen and (held is None or r.agent in held)]
-            rest.sort(key=lambda r: (r.agent not in plan.resident, -gain_weight.get(r.task_id, 1.0), r.ready_time))
-            admit += [r.rid for r in rest]
-        admit = self._order(admit, n_plan, view, problem, chain)
+            resident, weight = plan.resident, gain_weight.get
+            rest.sort(key=lambda r: (r.agent not in resident, -weight(r.task_id, 1.0), r.ready_time))
+        admit = self._order(admit, rest, problem, chain)
         # Pin what R' holds for a purpose: prefixes of admitted requests, and (with pin_for_reuse) prefixes
         # kept for the one-hop reuse only while every waiting request is admitted (holding a prefix for
         # later must not keep a ready request out now); a prefix whose requests stay waiting is not held
@@ -236,23 +249,29 @@ class Topas(TaskModel, PreemptionCosts, Policy):
         want = [a for a in sorted(plan.resident | used, key=lambda a: (a not in used, a))
                 if a in used or (p.pin_for_reuse and keep_for_reuse and problem.agents[a].reuse_n > 0)]
         if p.unpin_under_pressure:
-            expected = {r.rid: self.est.output_tokens(r.agent, r.stage) for r in view.running}
+            output_tokens = self.est.output_tokens
+            expected = {r.rid: output_tokens(r.agent, r.stage) for r in view.running}
             pin = safe_pins(view, problem, plan.admit, [rid for _, rid in plan.blocked], want, expected)
         else:
             pin = frozenset(want)
         return Decision(admit=tuple(admit), pin=pin, preempt=tuple(plan.preempt), stop_at_first_misfit=p.stop_at_first_misfit)
 
-    def _order(self, admit: list[str], n_plan: int, view: SchedulerView, problem: Problem, chain) -> list[str]:
-        """The admission list's final order (ordering.AdmissionOrder); `admit[:n_plan]` is the plan's part
-        (admitted and blocked calls), the rest the work-conserving fill."""
+    def _order(self, plan_part: list[str], fill: list[RequestInfo], problem: Problem, chain) -> list[str]:
+        """The admission list's final order (ordering.AdmissionOrder): the plan's part (admitted and blocked
+        calls, all of scored tasks) by gain, then the work-conserving fill."""
         order = self.params.admission_order
+        fill_rids = [r.rid for r in fill]
         if order is AdmissionOrder.GAIN:
-            return admit
-        agent_of = {r.rid: r.agent for r in view.waiting}
+            return plan_part + fill_rids
+        fill_agent = {r.rid: r.agent for r in fill}
+        if order is AdmissionOrder.PLAN_BY_TASK:  # the plan's calls are all scored: the problem knows them
+            agent_of, task_of = problem.request_agent, problem.request_task
+        else:
+            agent_of = {**problem.request_agent, **fill_agent}
+            task_of = {**problem.request_task, **{r.rid: r.task_id for r in fill}}
         if order is AdmissionOrder.AGENT_BY_CALL:
-            return group_by_agent(admit, agent_of)
+            return group_by_agent(plan_part + fill_rids, agent_of)
         values = {t: task_value(chain(t, ags)) for t, ags in problem.task_agents.items() if ags}
-        task_of = {r.rid: r.task_id for r in view.waiting}
         value_of = lambda rid: values.get(task_of[rid], 0.0)  # noqa: E731
         locked = sum([o.tokens for o in problem.agents.values() if o.forced])
         if prefix_bound(locked, problem.budget, self.params.consolidate_share):
@@ -260,8 +279,8 @@ class Topas(TaskModel, PreemptionCosts, Policy):
         else:
             rank = lambda group: max(value_of(rid) for rid in group)  # noqa: E731
         if order is AdmissionOrder.PLAN_BY_TASK:
-            return group_by_agent(admit[:n_plan], agent_of, rank) + group_by_agent(admit[n_plan:], agent_of)
-        return group_by_agent(admit, agent_of, rank)
+            return group_by_agent(plan_part, agent_of, rank) + group_by_agent(fill_rids, fill_agent)
+        return group_by_agent(plan_part + fill_rids, agent_of, rank)
 
     def _overdue(self, view: SchedulerView, scored: set[int], waiting_by_task, wait_s: float, step_s: float) -> frozenset[int]:
         """Scored tasks with a call waiting longer than overdue_factor x max(W, its expected service)."""
@@ -287,9 +306,16 @@ class Topas(TaskModel, PreemptionCosts, Policy):
             return set(waiting_by_task)
         picked: set[int] = set()
         need = 0
-        for _, tid in sorted([(view.tasks[t].arrival, t) for t in waiting_by_task]):
+        keys = self._arrival_key
+        if len(keys) > 100_000:
+            keys.clear()
+        for t in waiting_by_task:
+            if t not in keys:
+                keys[t] = (view.tasks[t].arrival, t)
+        kv = self._kv
+        for tid in sorted(waiting_by_task, key=keys.__getitem__):
             picked.add(tid)
-            need += min(self._kv(r) for r in waiting_by_task[tid])
+            need += min(map(kv, waiting_by_task[tid]))
             if len(picked) >= _MIN_SCORED and need > view.kv_pool_tokens:
                 break
         return picked
@@ -319,7 +345,7 @@ class Topas(TaskModel, PreemptionCosts, Policy):
             reload_s = self._swap_s(view, ps.tokens)
             move_in = 0.0 if res == Residency.GPU else reload_s
             agents[a] = AgentOption(a, ps.tokens, a in forced, res == Residency.GPU, move_in, reuse_n.get(a, 0), reload_s)
-        running_kv = sum([self._kv(r) for r in view.running])
+        running_kv = sum(map(self._kv, view.running))
         swap_per_token = self._swap_s(view, 10_000) / 10_000
         request_agent, request_task, request_tokens = {}, {}, {}  # of the scored calls: only these can be admitted
         for rs in waiting_by_task.values():
