@@ -152,3 +152,23 @@ def test_two_overdue_calls_of_one_agent_outside_r_prime_are_charged_its_prefix_o
     p = _problem(agents, waiting, budget=2000 + 3000 + 1000 + 1000, overdue={0, 1})
     plan = greedy_pack(p, frozenset({"b"}), repair=False)
     assert plan.admit == ["j1", "j2"] and plan.blocked == [] and plan.memory == p.budget
+
+
+def test_a_fan_out_pair_is_popped_by_its_tasks_value_not_by_its_first_branchs_own_gain():
+    # task 0's two branches: the first alone gains little (its sibling still waits), the pair gains 10;
+    # task 1's entry call gains 6. Room for two calls.
+    chains = {0: [("l0", 1.0), ("r0", 9.0)], 1: [("s1", 6.0)]}
+    agents = {a: _ag(a, 0) for a in ("L", "R", "S")}
+
+    def problem(by_value):
+        return Problem(budget=2000, base_tokens=0, agents=agents,
+                       request_agent={"l0": "L", "r0": "R", "s1": "S"}, request_task={"l0": 0, "r0": 0, "s1": 1},
+                       request_tokens={"l0": 1000, "r0": 1000, "s1": 1000},
+                       task_agents={0: frozenset("LR"), 1: frozenset("S")}, chain=lambda t, elig: chains[t],
+                       swap_s_per_token=1e-5, max_actions=64, weights=Weights(), pop_by_task_value=by_value)
+
+    by_own_gain = greedy_pack(problem(False), frozenset("LRS"))
+    assert by_own_gain.admit == ["s1", "l0"] and (9.0, "r0") in by_own_gain.blocked  # the pair is split
+    by_value = greedy_pack(problem(True), frozenset("LRS"))
+    assert by_value.admit == ["l0", "r0"] and (6.0, "s1") in by_value.blocked  # admitted together
+    assert by_value.score > by_own_gain.score  # and the state is worth more

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from topas.scheduler import score as S
 from topas.scheduler.batch import BatchPricing
+from topas.scheduler.ordering import task_value
 from topas.scheduler.repair import Candidates, RunningOption, preempt_repair
 
 Chain = Sequence[tuple[str, float]]  # [(rid, age-weighted marginal gain)] of one task, in admission order
@@ -65,6 +66,7 @@ class Problem:
     running: Callable[[], Sequence[RunningOption]] | None = None
     overdue: frozenset[int] = frozenset()  # tasks with a call waiting well beyond W: scored outside R' too
     batch: BatchPricing | None = None  # J_batch on (None: off)
+    pop_by_task_value: bool = False  # a task's next call is popped by its remaining chain's value (see _key)
     service_s: Mapping[str, float] = field(default_factory=dict)  # expected service of each waiting request
     _victims: Sequence[RunningOption] | None = field(default=None, init=False, repr=False)
     _locked_demand: list[tuple[float, str]] | None = field(default=None, init=False, repr=False)
@@ -140,16 +142,24 @@ def _heads(p: Problem, resident: frozenset[str]) -> list[tuple[float, int, int, 
             if key[1] is not None:
                 ch = p.chain(t, key[1])
                 if ch:
-                    built[key].append((-ch[0][1], t, 0, ch))
+                    built[key].append((-_key(p, ch, 0), t, 0, ch))
             elif t in p.overdue:  # no agent of this task is in R': its first call still competes by its own gain
                 ch = p.chain(t, ags)
                 if ch:
-                    built[key].append((-ch[0][1], t, -1, ch))
+                    built[key].append((-_key(p, ch, 0), t, -1, ch))
         cache.update(built)
     heap: list[tuple[float, int, int, Chain]] = []
     for key in keys:
         heap += cache[key]
     return heap
+
+
+def _key(p: Problem, ch: Chain, i: int) -> float:
+    """What a task's next call (index i of its chain) is popped by: its own marginal gain, or, with
+    `pop_by_task_value`, the value of the rest of its chain (`ordering.task_value`). A fan-out's first
+    branch gains little until its sibling runs too, so by its own gain it trails every new task's entry
+    call; by the chain's value the pair competes by what admitting the task's ready calls is worth."""
+    return task_value(ch[i:]) if p.pop_by_task_value else ch[i][1]
 
 
 def greedy_pack(p: Problem, resident: frozenset[str], repair: bool = True) -> Plan:
@@ -197,7 +207,7 @@ def greedy_pack(p: Problem, resident: frozenset[str], repair: bool = True) -> Pl
         admit.append(rid)
         gains[rid] = g
         if i + 1 < len(ch):
-            push(heap, (-ch[i + 1][1], t, i + 1, ch))
+            push(heap, (-_key(p, ch, i + 1), t, i + 1, ch))
     if outside_agents:
         resident = resident | outside_agents  # an admitted overdue call brings its prefix into R'
     plan = Plan(resident, admit, gains, _score(p, resident, admit, gains, mem), mem, blocked)

@@ -72,6 +72,8 @@ class TopasParams:
     consolidate_share: float = 0.65  # above this share of the pool locked by running calls' prefixes, the plan's
     # agent groups are ranked by the demand they serve, not by their best task (docs/topas.md, "Consolidation by
     # demand"); 1.0 or more: never (ablation)
+    pop_by_task_value: bool = True  # the search pops a task's next call by its remaining chain's value, not by the
+    # call's own marginal gain (search._key; docs/topas.md, "Fan-outs in the search"); False: ablation
     pin_for_reuse: bool = False  # also pin idle prefixes for one-hop reuse (V_reuse); off: measured a throughput trap
     use_batch: bool = False  # J_batch: opening a prefix is charged the calls of locked agents it crowds out;
     # calls of agents outside R' are then deferred (not offered to the work-conserving fill)
@@ -364,6 +366,7 @@ class Topas(TaskModel, PreemptionCosts, Policy):
             max_actions=p.K,
             weights=self._weights,
             running=(lambda: self._running_options(ctx)) if (p.use_redo or p.use_revoke) else None,
+            pop_by_task_value=p.pop_by_task_value,
         )
 
     def _batch_pricing(self, view: SchedulerView, problem: Problem, reuse_n: Counter, gain_weight, ctx: DecisionContext) -> BatchPricing:
