@@ -35,7 +35,9 @@ def task_value(chain: Sequence[tuple[str, float]]) -> float:
     all its ready calls are admitted (the sum of its admission chain's marginal gains). Ranking by it
     rather than by one call's marginal gain keeps a fan-out's first branch, whose own gain is small
     until its sibling runs too, from trailing other tasks' single calls."""
-    return sum(g for _, g in chain)
+    if len(chain) == 1:  # the common case; the sum below would add it to 0
+        return 0.0 + chain[0][1]
+    return sum([g for _, g in chain])
 
 
 def group_demand(group: Sequence[str], value_of: Callable[[str], float]) -> tuple[float, int]:

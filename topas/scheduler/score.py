@@ -21,6 +21,11 @@ def j_admit(gains: Iterable[tuple[float, float]]) -> float:
     return sum(d * g for d, g in gains)
 
 
+def j_admit_weighted(weighted_gains: Iterable[float]) -> float:
+    """J_admit of gains already multiplied by their aging (the search's gains): the same sum, d x 1.0 being d."""
+    return sum(weighted_gains)
+
+
 def j_move(moves: Iterable[tuple[float, int]]) -> float:
     """Prefix movement: items are (seconds to move one prefix in or out, tasks it affects).
     The transfer delays each affected task once (docs/topas.md: charged once per affected task)."""

@@ -29,7 +29,6 @@ from topas.scheduler.ordering import task_value
 from topas.scheduler.repair import Candidates, RunningOption, preempt_repair
 
 Chain = Sequence[tuple[str, float]]  # [(rid, age-weighted marginal gain)] of one task, in admission order
-_NO_AGING = itertools.repeat(1.0)  # J_admit's aging factor for gains already age-weighted
 
 
 class AgentOption(NamedTuple):  # a tuple: built for every agent at every decision
@@ -159,7 +158,9 @@ def _key(p: Problem, ch: Chain, i: int) -> float:
     `pop_by_task_value`, the value of the rest of its chain (`ordering.task_value`). A fan-out's first
     branch gains little until its sibling runs too, so by its own gain it trails every new task's entry
     call; by the chain's value the pair competes by what admitting the task's ready calls is worth."""
-    return task_value(ch[i:]) if p.pop_by_task_value else ch[i][1]
+    if not p.pop_by_task_value:
+        return ch[i][1]
+    return task_value(ch[i:] if i else ch)
 
 
 def greedy_pack(p: Problem, resident: frozenset[str], repair: bool = True) -> Plan:
@@ -222,10 +223,12 @@ def _score(p: Problem, resident: frozenset[str], admit: list[str], gains: Mappin
                           {a: (o.reuse_n, o.reload_s) for a, o in agents.items()})
     on_gpu, reuse = p._agent_terms
     in_order = sorted(resident)  # float sums in a fixed order: a set's order follows the string hash seed
-    total = S.j_admit(zip(gains.values(), _NO_AGING))  # gains are already age-weighted
+    total = S.j_admit_weighted(gains.values())  # gains are already age-weighted
     if w.move:
-        moves = [(agents[a].move_in_s, len({p.request_task[rid] for rid in admit if p.request_agent[rid] == a}))
-                 for a in in_order if not agents[a].on_gpu]  # (seconds, tasks affected)
+        tasks_of: dict[str, set[int]] = {}  # agent -> tasks of its admitted calls
+        for rid in admit:
+            tasks_of.setdefault(p.request_agent[rid], set()).add(p.request_task[rid])
+        moves = [(agents[a].move_in_s, len(tasks_of.get(a, ()))) for a in in_order if not agents[a].on_gpu]
         # prefixes left out of R' only move when the batch needs their memory
         out_tokens = sum([n for a, n in on_gpu if a not in resident])
         overflow = min(out_tokens, max(mem + out_tokens - p.budget, 0))

@@ -41,11 +41,11 @@ class _Head(tuple):
 
 class TaskDigest:
     """One task's remaining calls, active and waiting counts per stage, reuse counts n_a, state-key head
-    and admission chains, valid while `sig` holds: its progress, its waiting calls (rid, ready time) and
+    and admission chains, valid while `sig` holds: its progress, its waiting calls and
     its running calls' stages and residual buckets."""
 
-    __slots__ = ("sig", "remaining", "active", "waiting", "reuse", "head", "state", "bases", "stage_rids", "chain_state", "chains",
-                 "victims")
+    __slots__ = ("sig", "remaining", "active", "waiting", "reuse", "head", "state", "bases", "stage_rids", "forms", "chain_state",
+                 "chains", "victims")
 
     def __init__(self, sig: tuple, remaining: dict, active: dict, waiting: dict, reuse: tuple[tuple[str, int], ...]) -> None:
         self.sig, self.remaining, self.active, self.waiting, self.reuse = sig, remaining, active, waiting, reuse
@@ -53,6 +53,7 @@ class TaskDigest:
         self.state: tuple | None = None  # (key tail, the `_states` entry that key found)
         self.bases: dict[tuple, tuple] = {}  # (coarse step, epoch) -> the W-free part of its states (_state_parts)
         self.stage_rids: dict[str, list[str]] | None = None  # waiting rids per stage, by ready time
+        self.forms: dict[frozenset[str], tuple[dict, frozenset]] = {}  # eligible agents -> (calls per stage, as a key)
         self.chain_state: TaskState | None = None  # the state `chains` were built for
         self.chains: dict[frozenset[str], tuple] = {}  # eligible -> (_chains key, chain, [(rid, gain)])
         self.victims: dict[str, tuple[tuple, float]] = {}  # running rid -> (key tail, gain of re-admitting it)
@@ -83,12 +84,12 @@ class TaskModel:
             t = self._tables[tpl.name] = StageTable.of(tpl)
         return t
 
-    def _task_states(self, ctx: DecisionContext, scored: set[int]) -> tuple[dict[int, TaskState], Counter]:
+    def _task_states(self, ctx: DecisionContext, scored: set[int]) -> tuple[dict[int, TaskState], dict[str, int]]:
         """Path-model states of the scored tasks, and n_a: the one-hop reuse counts of the running ones.
         Their remaining calls and active counts are kept in `ctx` (the preemption costs read them again)."""
         view, waiting_by_task, running_by_task = ctx.view, ctx.waiting_by_task, ctx.running_by_task
         states: dict[int, TaskState] = {}
-        reuse_n: Counter = Counter()
+        reuse_n: dict[str, int] = {}
         last, digests = self._digests, {}
         tail = self._key_tail(ctx.wait_s, ctx.step_s)
         if tail[2] != self._epoch:
@@ -101,7 +102,7 @@ class TaskModel:
             prog = tasks[tid]
             run = running_by_task.get(tid)
             ws = waiting_by_task.get(tid, ())
-            sig = (prog.stage_done, [(r.rid, r.ready_time) for r in ws],
+            sig = (prog.stage_done, [r.rid for r in ws],  # a call's ready time is fixed: its first entry in the queue
                    [(r.stage, buckets[r.rid] if r.rid in buckets else bucket(r)) for r in run] if run else None)
             d = last.get(tid)
             if d is None or d.sig != sig:
@@ -118,7 +119,7 @@ class TaskModel:
                 # else: the same key, so the same state (a state is a function of its key)
                 states[tid] = d.state[1]
             for a, n in d.reuse:
-                reuse_n[a] += n
+                reuse_n[a] = reuse_n.get(a, 0) + n
         self._digests = digests
         return states, reuse_n
 
@@ -261,15 +262,18 @@ class TaskModel:
                 d.chain_state, d.chains = st, {}
             hit = d.chains.get(eligible)
             if hit is None:  # a chain is a function of its key: a digest's copy outlives the cache entry
-                if d.stage_rids is None:
-                    d.stage_rids = self._stage_rids(waiting_by_task[tid])
-                tpl = view.templates[view.tasks[tid].template]
-                agent, rids = self._table(tpl).agent, d.stage_rids
-                elig = {s: len(rs) for s, rs in rids.items() if agent[s] in eligible}
-                key = (st, frozenset(elig.items()))
+                form = d.forms.get(eligible)
+                if form is None:  # the eligible waiting calls per stage: the same for every state of the digest
+                    if d.stage_rids is None:
+                        d.stage_rids = self._stage_rids(waiting_by_task[tid])
+                    agent = self._table(view.templates[view.tasks[tid].template]).agent
+                    elig = {s: len(rs) for s, rs in d.stage_rids.items() if agent[s] in eligible}
+                    form = d.forms[eligible] = (elig, frozenset(elig.items()))
+                rids = d.stage_rids
+                key = (st, form[1])
                 ch = self._chains.get(key)
                 if ch is None:
-                    ch = admission_chain(self._model(tpl), st, elig)
+                    ch = admission_chain(self._model(view.templates[view.tasks[tid].template]), st, form[0])
                     self._chains.put(key, ch)
                 used: dict[str, int] = {}
                 mapped = []

@@ -27,7 +27,7 @@ Estimates only: output lengths and service times come from `ServiceEstimator`
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from topas.policy import Decision, Policy, RequestFinished, RequestInfo, RequestReady, Residency, SchedulerView, register_policy
@@ -332,7 +332,7 @@ class Topas(TaskModel, PreemptionCosts, Policy):
             out = memo[tokens] = view.costs.swap_time(tokens)
         return out
 
-    def _problem(self, view: SchedulerView, waiting_by_task, reuse_n: Counter, chain, ctx: DecisionContext) -> Problem:
+    def _problem(self, view: SchedulerView, waiting_by_task, reuse_n: dict[str, int], chain, ctx: DecisionContext) -> Problem:
         p = self.params
         forced = {r.agent for r in view.running}
         pool = forced | {r.agent for r in view.waiting} | {a for a, n in reuse_n.items() if n > 0}
@@ -369,7 +369,7 @@ class Topas(TaskModel, PreemptionCosts, Policy):
             pop_by_task_value=p.pop_by_task_value,
         )
 
-    def _batch_pricing(self, view: SchedulerView, problem: Problem, reuse_n: Counter, gain_weight, ctx: DecisionContext) -> BatchPricing:
+    def _batch_pricing(self, view: SchedulerView, problem: Problem, reuse_n: dict[str, int], gain_weight, ctx: DecisionContext) -> BatchPricing:
         """The typical call of the locked agents (waiting ones, else running ones) and their calls about to
         become ready, each valued at W x the mean aging of the running tasks."""
         locked = {r.agent for r in view.running}
