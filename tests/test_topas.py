@@ -20,6 +20,8 @@ def test_score_terms():
     assert score.aging(10.0, 10.0, 1.0, 60.0) == 1.0
     assert score.aging(70.0, 10.0, 2.0, 60.0) == pytest.approx(1 + 2 * math.log(2))
     assert score.j_admit([(2.0, 1.5), (1.0, 1.0)]) == 4.0
+    weighted = [0.1, 0.7, 1e-9, 3.3]  # already age-weighted gains: the same float sum as aging 1.0
+    assert score.j_admit_weighted(weighted) == score.j_admit([(g, 1.0) for g in weighted])
     assert score.j_move([(0.1, 3), (0.2, 0)]) == pytest.approx(0.5)  # per affected task, at least once
     assert score.j_redo([100, 50], 0.02) == pytest.approx(3.0)
     assert score.j_revoke([1.0, 2.5]) == 3.5

@@ -26,6 +26,7 @@ def test_a_fan_out_is_valued_by_its_whole_progress_not_its_first_branchs_margina
     single = [("s", 6.0)]
     assert fan_out[0][1] < single[0][1]
     assert task_value(fan_out) > task_value(single)
+    assert task_value(fan_out) == 0.2 + 9.8 and task_value(single) == 6.0 and task_value([]) == 0
 
 
 def test_agent_by_task_is_the_default_and_unknown_orders_are_refused_in_one_line():
