@@ -56,11 +56,9 @@ def _repairs_all_fail(p: Problem, plan: Plan, pool: Sequence[RunningOption]) -> 
         return all(plan.memory + _repair_tokens(p, plan, rid) > p.budget for _, rid in plan.blocked)
     first = pool[0]
     other = None  # the first candidate for a call of first's own task
-    room = p.budget - plan.memory
-    tokens, agent_of, task_of, agents, resident = p.request_tokens, p.request_agent, p.request_task, p.agents, plan.resident
+    room, task_of = p.budget - plan.memory, p.request_task
     for g, rid in plan.blocked:
-        a = agent_of[rid]  # _repair_tokens, inline (a plan's blocked calls are many)
-        if tokens[rid] + (0 if a in resident else agents[a].tokens) <= room:
+        if _repair_tokens(p, plan, rid) <= room:
             return False
         cand = first
         if task_of[rid] == first.task_id:
