@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import display, figures, regime, style, tables
+from analysis import display, figures, regime, shapes, style, tables
 from analysis.figures_claims import paper_vs_ours
 from analysis.load import ROOT, load_experiment
 
-EXPERIMENTS = ("main", "load_sweep", "kv_budget", "ablation", "overhead", "motivation", "regime")
+EXPERIMENTS = ("main", "load_sweep", "kv_budget", "ablation", "overhead", "motivation", "regime", "shapes")
 WALLCLOCK_CLAIMS = ("overhead_ms", "overhead_fraction")
 
 
@@ -138,6 +138,9 @@ def make_figures(runs: dict[str, pd.DataFrame], verdicts: pd.DataFrame, claims: 
         # wall-clock claims change on every run: kept out of the committed summary
         "paper_vs_ours": paper_vs_ours(verdicts[~timed] if len(verdicts) else verdicts, main),
     }
+    if not runs["shapes"].empty:
+        figs["shapes"] = shapes.figure(shapes.cells(runs["shapes"], claims["paper_baselines"] + claims["extra_baselines"],
+                                                    ["topas"]), runs["shapes"])
     if not main.empty:
         for w in ("metagpt_tl", "dag4"):
             best = tables.best_baseline(main, w, "jct_mean", claims["paper_baselines"])
@@ -191,6 +194,12 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
             display.write_table(out / "wallclock", "claims_wallclock", display.claims_display(verdicts[timed]),
                                 "The paper's overhead claims (wall clock, this machine)",
                                 "Decision time of TOPAS in wall-clock milliseconds: machine-dependent, so not committed.")
+    shape_cells, shape_standings = shapes.write(runs["shapes"], out, claims["paper_baselines"] + claims["extra_baselines"])
+    if not shape_cells.empty:
+        report_tables["shapes"] = shapes.cell_table(shape_cells)
+        if (out / "claims.md").exists():
+            with open(out / "claims.md", "a") as f:
+                f.write(shapes.claims_section(shape_cells, shape_standings))
     fidelity = out / "fidelity" / "fidelity.json"
     if fidelity.exists():  # written by `make fidelity`; its LaTeX version is made here
         report_tables["fidelity"] = display.fidelity_display(json.loads(fidelity.read_text()))

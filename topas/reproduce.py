@@ -54,7 +54,7 @@ EXPERIMENT_DIR = ROOT / "conf" / "experiment"
 # The experiments, in run order. Each grid is a conf/experiment file (the only definition of its
 # workloads, loads, schedulers, seeds and task count), see `grid_config`: <exp>.yaml is the full grid,
 # <exp>_<grid>.yaml a reduced one, which extends it and replaces some of its sweep lists.
-EXPERIMENTS = ("main", "load_sweep", "kv_budget", "ablation", "overhead", "motivation", "regime")
+EXPERIMENTS = ("main", "load_sweep", "kv_budget", "ablation", "overhead", "motivation", "regime", "shapes")
 # the experiments a real engine runs on the default / full grids (kv_budget and regime sweep simulator options)
 REAL_EXPERIMENTS = ("main", "load_sweep", "ablation", "overhead", "motivation")
 # a real engine without a GPU: the tiny CPU model (automatic token_scale), explicit arrival rates (no

@@ -162,7 +162,10 @@ def run_sweep(overrides: Sequence[str], manifest: Path, log_file: Path, jobs: in
     manifest.unlink(missing_ok=True)
     launcher = [] if any(o.startswith(("hydra/launcher=", "+hydra/launcher=")) for o in overrides) else (
         ["hydra/launcher=local", f"hydra.launcher.n_jobs={jobs}"] if jobs > 1 else [])
-    cmd = [sys.executable, str(ROOT / "run.py"), "-m", *overrides, *launcher, f"sweep_manifest={manifest}"]
+    # each job composes its own config in its worker: skip Hydra's serial up-front composition of every job
+    # (hydra_plugins/topas_sweeper); the driver has checked its overrides, a job that fails is recorded
+    sweeper = [] if any(o.startswith(("hydra/sweeper=", "+hydra/sweeper=")) for o in overrides) else ["hydra/sweeper=unchecked_basic"]
+    cmd = [sys.executable, str(ROOT / "run.py"), "-m", *overrides, *launcher, *sweeper, f"sweep_manifest={manifest}"]
     env = {**os.environ, "TOPAS_WATCH_PARENT": "1"}
     with open(log_file, "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -5,7 +5,8 @@
 
 `build_trace` is a pure function of (workload config, seed): every scheduler replays the
 identical trace. Generators: chain3, dag4, dag10_wide (synthetic.py), metagpt_sop
-(metagpt_sop.py), metagpt_tl (metagpt_tl.py), trace (trace_io.py). See README.md here.
+(metagpt_sop.py), metagpt_tl (metagpt_tl.py), shapes (shapes/: the
+workflow-shape family), trace (trace_io.py). See README.md here.
 A workload knows no engine.
 """
 
@@ -19,6 +20,7 @@ from topas.workloads.config import Generator, WorkloadConfig
 from topas.workloads.metagpt_sop import MetaGPTSop
 from topas.workloads.metagpt_tl import MetaGPTTl
 from topas.workloads.motivation import TwoAgents
+from topas.workloads.shapes import ShapesGenerator
 from topas.workloads.synthetic import GENERATORS as _SYNTHETIC
 from topas.workloads.trace_io import TraceReplay, dump_trace, load_trace
 
@@ -26,6 +28,7 @@ GENERATORS: dict[str, Generator] = {
     **_SYNTHETIC,
     "metagpt_sop": MetaGPTSop(),
     "metagpt_tl": MetaGPTTl(),
+    "shapes": ShapesGenerator(),
     "trace": TraceReplay(),
     "two_agents": TwoAgents(),
 }

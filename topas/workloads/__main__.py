@@ -1,9 +1,13 @@
-"""python -m topas.workloads <workload> [--seed N] [--num-tasks N] [--png out.png] [key=value ...]
+"""python -m topas.workloads <workload> [--seed N] [--num-tasks N] [--png out.png] [--export t.jsonl] [key=value ...]
+   python -m topas.workloads shapes --list N [--sample design|evaluation] [--start K]
 
 Prints a workload's template and one task's DAG, the agents' prefix sizes, the mean tokens per
 task, the KV-budget arithmetic and the offered load as a fraction of the measured capacity, and
 saves a picture of one task's DAG. <workload> is a name under conf/workload/ or a YAML path;
-key=value pairs override the workload config (e.g. params.qa=true, params.path=my.jsonl).
+key=value pairs override the workload config (e.g. params.qa=true, params.path=my.jsonl,
+params.shape=e7). `--export` writes the sampled trace as a trace file (replay it with
+`workload=trace`). `shapes --list N` describes N shapes of the family (one line each, with their
+measured capacity) and draws one task of each.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from topas.workloads import build_trace
+from topas.workloads import build_trace, dump_trace
 from topas.workloads.capacity import CAPACITY_FILE, capacity_of, load_capacity
 from topas.workloads.config import WorkloadConfig
 from topas.workloads.describe import budget_text, dag_text, draw_dag, template_text, token_stats
@@ -42,7 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--num-tasks", type=int, default=None, help="tasks to sample (default: the config's)")
     ap.add_argument("--png", default=None, help="DAG picture path (default runs/workloads/<name>_task0.png)")
+    ap.add_argument("--export", default=None, help="also write the sampled trace to this JSONL trace file")
+    ap.add_argument("--list", type=int, default=None, metavar="N", help="shapes only: describe and draw N shapes")
+    ap.add_argument("--sample", default="design", help="shapes --list: design (default) or evaluation")
+    ap.add_argument("--start", type=int, default=0, help="shapes --list: index of the first shape")
     args = ap.parse_args(argv)
+    if args.list is not None:
+        return _list_shapes(args.list, args.sample, args.start, Path(args.png or "runs/workloads"))
 
     cfg = _load(args.workload, args.overrides)
     if args.num_tasks is not None:
@@ -89,6 +99,27 @@ def main(argv: list[str] | None = None) -> int:
               f"({e.get('model', '?')} on {e.get('gpu', '?')})")
     png = Path(args.png) if args.png else Path("runs") / "workloads" / f"{wc.name}_task0.png"
     print(f"DAG picture of task 0: {draw_dag(trace.tasks[0], png)}")
+    if args.export:
+        print(f"trace file: {dump_trace(trace, args.export)} (replay: workload=trace workload.params.path=...)")
+    return 0
+
+
+def _list_shapes(n: int, sample: str, start: int, folder: Path) -> int:
+    """One line per shape of the family (id, structure, description, capacity) and a picture of one task each."""
+    from topas.workloads.shapes import sample_ids, shape_spec, workload_name
+
+    try:
+        ids = sample_ids(sample, n, start)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for sid in ids:
+        name = workload_name(sid)
+        cap = capacity_of(name)
+        trace = build_trace(WorkloadConfig(name, "shapes", 1.0, None, 1, 0.0, {"shape": sid}), 0)
+        png = draw_dag(trace.tasks[0], folder / f"{name}.png", title=f"{sid}: {shape_spec(sid).description()}")
+        print(f"{sid:>5}  {shape_spec(sid).description()}  | capacity "
+              f"{f'{cap:.4g} task/s' if cap else 'not measured'} | {png}")
     return 0
 
 

@@ -7,6 +7,7 @@ t = 0. The measured figures live in `data/capacity.yaml`:
     ...
 
 A workload config with `arrival_rate: null` and `load: 0.7` runs at 0.7 x capacity.
+The shape family's shapes (`shape_<id>`) keep theirs in `data/capacity_shapes.yaml`, same format.
 
 Another model/GPU pair keeps its own file, `data/capacity/<model>__<gpu>.yaml` (same format;
 `make capacity ARGS="model=... gpu=..."` writes it), so measuring an H200 never changes the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ import yaml
 from topas.workloads.config import WorkloadConfig
 
 CAPACITY_FILE = Path(__file__).parent / "data" / "capacity.yaml"
+SHAPES_CAPACITY_FILE = Path(__file__).parent / "data" / "capacity_shapes.yaml"  # the shape family's, default pair
 PAIR_DIR = Path(__file__).parent / "data" / "capacity"
 
 
@@ -34,11 +37,24 @@ def capacity_file(model: str, gpu: str) -> Path:
 
 
 def load_capacity(path: str | os.PathLike = CAPACITY_FILE) -> dict[str, dict[str, Any]] | None:
-    """The capacity table (workload -> {model, gpu, tasks_per_s}), or None if not measured yet."""
-    path = Path(path)
-    if not path.exists():
+    """The capacity table (workload -> {model, gpu, tasks_per_s}), or None if not measured yet.
+    Parsed once per version of the file (a run resolves its rate several times; the shapes' table is long)."""
+    table = _table(Path(path))
+    return None if table is None else {k: dict(v) for k, v in table.items()}
+
+
+def _table(path: Path) -> Mapping[str, Mapping[str, Any]] | None:
+    """The parsed table of a capacity file (shared: read it, never change it), None if there is none."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
         return None
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return _parsed(str(path), st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=16)
+def _parsed(path: str, mtime_ns: int, size: int) -> dict[str, dict[str, Any]]:
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     if not isinstance(data, Mapping):
         raise ValueError(f"{path}: expected a mapping workload -> {{model, gpu, tasks_per_s}}")
     for name, entry in data.items():
@@ -53,10 +69,12 @@ def capacity_of(
 ) -> float | None:
     """Measured capacity (tasks/s) of `workload`, or None if not measured (for that model/GPU)."""
     paths = [Path(path)]
-    if model is not None and gpu is not None and Path(path) == CAPACITY_FILE:
-        paths.append(capacity_file(model, gpu))
+    if Path(path) == CAPACITY_FILE:
+        paths.append(SHAPES_CAPACITY_FILE)
+        if model is not None and gpu is not None:
+            paths.append(capacity_file(model, gpu))
     for p in paths:
-        entry = (load_capacity(p) or {}).get(workload)
+        entry = (_table(p) or {}).get(workload)
         if entry is None:
             continue
         if (model is not None and entry.get("model") not in (None, model)) or (

@@ -8,6 +8,7 @@ the runner (docs/layout.md), so they are used by their fields only.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from topas.config import ConfigError
@@ -46,12 +47,23 @@ def _client_path(configured: dict[str, float] | None, latency: Any) -> ClientPat
         raise ConfigError(f"backend.client_latency: {str(e).splitlines()[0]}") from None
 
 
+@lru_cache(maxsize=8)
+def _shared_latency(kind: str, model: Any, gpu: Any) -> Any:
+    """A latency model built from the specs alone, shared by the runs of one process (a sweep worker runs
+    many): its predictions are pure memos of their inputs, and its tables take ~0.1 s to build."""
+    latency = build_latency_model(kind, model, gpu)
+    latency.decode(1, 1), latency.prefill([(1, 0)])  # build lazy tables now, not inside the first timed decision
+    return latency
+
+
 def run_sim(ctx: Any) -> tuple[RunRecord, float]:
     """One run (a RunContext): the record and the wall seconds of the engine loop."""
     b, model, gpu = ctx.backend, ctx.model, ctx.gpu
-    kw = {"path": b.latency_profile} if b.latency == "profile" else {}
-    latency = build_latency_model(b.latency, model, gpu, **kw)
-    latency.decode(1, 1), latency.prefill([(1, 0)])  # build lazy tables now, not inside the first timed decision
+    if b.latency == "profile":
+        latency = build_latency_model(b.latency, model, gpu, path=b.latency_profile)
+        latency.decode(1, 1), latency.prefill([(1, 0)])  # build lazy tables now, not inside the first timed decision
+    else:
+        latency = _shared_latency(b.latency, model, gpu)
     ecfg = engine_config(b, model, gpu, latency)
     costs = LatencyCostModel(latency, ecfg.kv_bytes_per_token, ecfg.host_link_gbs, ecfg.host_link_latency_s)
     engine = SimEngine(ecfg, latency, ctx.policy, ctx.trace, costs)
