@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 
 from topas.policy import builtin_policy_names, create_policy
 from topas.scheduler import score
+from topas.scheduler.pack import greedy_pack
+from topas.scheduler.problem import AgentOption, Candidates, Problem, RunningOption
 from topas.scheduler.progress import PathModel, TaskState, admission_chain, lse
-from topas.scheduler.search import AgentOption, Problem, RunningOption, feasible, greedy_pack, search
+from topas.scheduler.search import feasible, search
 from topas.workflow import Agent, TemplateStage, WorkflowTemplate
 
 
@@ -20,12 +22,27 @@ def test_score_terms():
     assert score.aging(10.0, 10.0, 1.0, 60.0) == 1.0
     assert score.aging(70.0, 10.0, 2.0, 60.0) == pytest.approx(1 + 2 * math.log(2))
     assert score.j_admit([(2.0, 1.5), (1.0, 1.0)]) == 4.0
-    weighted = [0.1, 0.7, 1e-9, 3.3]  # already age-weighted gains: the same float sum as aging 1.0
-    assert score.j_admit_weighted(weighted) == score.j_admit([(g, 1.0) for g in weighted])
     assert score.j_move([(0.1, 3), (0.2, 0)]) == pytest.approx(0.5)  # per affected task, at least once
     assert score.j_redo([100, 50], 0.02) == pytest.approx(3.0)
     assert score.j_revoke([1.0, 2.5]) == 3.5
     assert score.v_reuse([(2, 0.1), (0, 5.0)], beta=0.5) == pytest.approx(0.1)
+
+
+def test_the_score_of_a_state_is_one_function_with_every_term_in_its_breakdown():
+    """J_admit (age-weighted, with what aging adds), J_move (a prefix moved in, charged per task using it; the
+    room the batch takes from prefixes left out), V_reuse, and J_redo + J_revoke + margin of a preemption."""
+    agents = [ag("a", 1000, on_gpu=False, move_in=0.5, reuse_n=2, reload_s=0.25), ag("b", 3000, on_gpu=True)]
+    waiting = {"r1": ("a", 0, 2000, 6.0), "r2": ("a", 1, 2000, 3.0)}
+    p = problem(agents, waiting, budget=6000, aging={0: 2.0, 1: 1.0})
+    slow = RunningOption("v", 9, 500, redo_s=0.4, revoke_s=lambda: 0.6, margin=2.0)
+    b = score.score_state(p, frozenset({"a"}), ["r1", "r2"], {"r1": 6.0, "r2": 3.0}, mem=5000, preempt=[slow])
+    assert b.j_admit == 9.0 and b.aging == pytest.approx(9.0 - (6.0 / 2.0 + 3.0))  # aging doubled task 0's gain
+    overflow = 5000 + 3000 - 6000  # b's prefix, left out of R', gives up what the batch needs beyond the budget
+    assert b.j_move == pytest.approx(0.5 * 2 + overflow * 1e-5)  # a moves in for both of its tasks
+    assert b.v_reuse == pytest.approx(2 * 0.25)
+    assert (b.j_redo, b.j_revoke, b.margin) == (0.4, 0.6, pytest.approx(2.0 * 1.0))
+    assert b.total == pytest.approx(9.0 - b.j_move + 0.5 - 3.0)
+    assert score.score_state(problem(agents, waiting, budget=6000, reuse=False), frozenset({"a"}), [], {}, 1000).v_reuse == 0.0
 
 
 # ---------------------------------------------------------------- path model
@@ -62,10 +79,8 @@ def test_equal_parallel_branches_still_gain_so_progress_beats_idling():
 
 
 # ---------------------------------------------------------------- search on hand-built problems
-def problem(agents, waiting, budget, base=0, K=64, chains=None, move=True, reuse=True, beta=1.0, running=None):
+def problem(agents, waiting, budget, base=0, K=64, chains=None, reuse=True, beta=1.0, running=None, aging=None):
     """waiting: {rid: (agent, task, tokens, gain)}"""
-    from topas.scheduler.search import Weights
-
     by_task = {}
     for rid, (a, t, _, g) in waiting.items():
         by_task.setdefault(t, []).append((rid, a, g))
@@ -78,8 +93,8 @@ def problem(agents, waiting, budget, base=0, K=64, chains=None, move=True, reuse
                    request_agent={r: v[0] for r, v in waiting.items()}, request_task={r: v[1] for r, v in waiting.items()},
                    request_tokens={r: v[2] for r, v in waiting.items()},
                    task_agents={t: frozenset(a for _, a, _ in rs) for t, rs in by_task.items()},
-                   chain=chains or chain, swap_s_per_token=1e-5, max_actions=K, weights=Weights(beta, move, reuse),
-                   running=(lambda: running) if running is not None else None)
+                   chain=chains or chain, swap_s_per_token=1e-5, max_actions=K, beta=beta if reuse else 0.0,
+                   task_aging=aging or {}, running=(lambda: running) if running is not None else None)
 
 
 def ag(name, tokens=1000, forced=False, on_gpu=True, move_in=0.0, reuse_n=0, reload_s=0.1):
@@ -114,10 +129,14 @@ def test_preempts_only_when_gain_exceeds_redo_and_revoke():
     agents = [ag("a", 1000, forced=True), ag("b", 1000)]
     waiting = {"r": ("b", 1, 5000, 10.0)}
     assert search(problem(agents, waiting, budget=8000, base=5000), 6).admit == []  # no preemption allowed
-    cheap = search(problem(agents, waiting, budget=8000, base=5000, running=[RunningOption("old", 0, 5000, 2.0)]), 6)
-    assert cheap.admit == ["r"] and cheap.preempt == ["old"]
-    dear = search(problem(agents, waiting, budget=8000, base=5000, running=[RunningOption("old", 0, 5000, 20.0)]), 6)
+    cheap = search(problem(agents, waiting, budget=8000, base=5000, running=[RunningOption("old", 0, 5000, 1.0, 1.0)]), 6)
+    assert cheap.admit == ["r"] and cheap.preempt_rids == ["old"]
+    assert cheap.breakdown.j_redo == 1.0 and cheap.breakdown.j_revoke == 1.0  # the repaired state's own score
+    dear = search(problem(agents, waiting, budget=8000, base=5000, running=[RunningOption("old", 0, 5000, 10.0, 10.0)]), 6)
     assert dear.admit == [] and dear.preempt == []
+    # the margin is hysteresis: a gain of 10 pays for redo + revoke of 4, but not for 3 x 4
+    held = search(problem(agents, waiting, budget=8000, base=5000, running=[RunningOption("old", 0, 5000, 2.0, 2.0, margin=2.0)]), 6)
+    assert held.admit == []
 
 
 def _small_pool(seed):
@@ -231,14 +250,12 @@ def test_decisions_do_not_depend_on_true_output_lengths():
 
 
 def test_preemption_candidates_come_in_order_key_order_each_built_once_on_first_access():
-    from topas.scheduler.repair import Candidates
-
     keys = [0.5, 0.1, 0.5, 0.2]
     built = []
 
     def make(i):
         built.append(i)
-        return RunningOption(f"r{i}", i, 10, 1.0, order_key=keys[i])
+        return RunningOption(f"r{i}", i, 10, 1.0, 0.0, order_key=keys[i])
 
     pool = Candidates(keys, make)
     assert pool[0].rid == "r1" and built == [1]  # only what is read is built

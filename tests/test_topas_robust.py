@@ -8,7 +8,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from topas.engines.sim.engine import EngineStall
-from topas.scheduler.search import AgentOption, Problem, RunningOption, Weights, greedy_pack, score_state, search
+from topas.scheduler.ordering import small_prefix_calls
+from topas.scheduler.pack import greedy_pack
+from topas.scheduler.problem import AgentOption, Problem, RunningOption
+from topas.scheduler.score import score_state
+from topas.scheduler.search import search
 
 # Two tasks that stalled TOPAS on the default engine (Qwen2.5-32B on A100-80GB, 22,035-token pool):
 # an idle prefix pinned for a blocked call held memory a lone long-running call needed.
@@ -82,7 +86,7 @@ def _problem(agents, waiting, budget, base=0, running=None, overdue=()):
                    request_agent={r: v[0] for r, v in waiting.items()}, request_task={r: v[1] for r, v in waiting.items()},
                    request_tokens={r: v[2] for r, v in waiting.items()},
                    task_agents={t: frozenset(a for _, a, _ in rs) for t, rs in by_task.items()},
-                   chain=chain, swap_s_per_token=1e-5, max_actions=64, weights=Weights(),
+                   chain=chain, swap_s_per_token=1e-5, max_actions=64,
                    running=(lambda: running) if running is not None else None, overdue=frozenset(overdue))
 
 
@@ -95,15 +99,15 @@ def test_an_overdue_call_outside_every_feasible_resident_set_is_scored_and_admit
     plan = search(_problem(agents, waiting, budget=12_000, base=9_500, overdue={0}), 6)
     assert plan.admit == [] and (40.0, "join") in plan.blocked  # scored: it keeps its place by gain
     # a running call whose redo + revoke is below the join's gain makes room for it and its prefix
-    cheap = [RunningOption("b_run", 2, 6000, 5.0)]
+    cheap = [RunningOption("b_run", 2, 6000, 5.0, 0.0)]
     plan = search(_problem(agents, waiting, budget=12_000, base=9_500, running=cheap, overdue={0}), 6)
-    assert "join" in plan.admit and plan.preempt == ["b_run"] and "j" in plan.resident
+    assert "join" in plan.admit and plan.preempt_rids == ["b_run"] and "j" in plan.resident
     assert plan.memory <= 12_000
     # with room for it, it is admitted outright and its prefix enters R' (and the score, once)
     p = _problem(agents, waiting, budget=20_000, base=9_500, overdue={0})
     plan = greedy_pack(p, frozenset({"b"}))
     assert "join" in plan.admit and "j" in plan.resident and plan.memory == 9_500 + 2000 + 3000 + 1000 + 1000
-    assert plan.score == pytest.approx(score_state(p, plan.resident, plan.admit, plan.gains, plan.memory))
+    assert plan.score == pytest.approx(score_state(p, plan.resident, plan.admit, plan.gains, plan.memory).total)
 
 
 def test_the_policy_lists_an_overdue_downstream_call_first_when_it_is_worth_more():
@@ -132,8 +136,6 @@ def test_the_policy_lists_an_overdue_downstream_call_first_when_it_is_worth_more
 
 
 def test_a_call_outside_r_prime_is_listed_by_its_gain_only_when_its_prefix_is_smaller_than_its_kv():
-    from topas.scheduler.search import small_prefix_calls
-
     # agent b's batch fills the pool; the join's agent is outside every feasible R'
     waiting = {"join": ("j", 0, 1000, 40.0), "more_b": ("b", 1, 1000, 1.0)}
     small = _problem([_ag("b", 2000, forced=True), _ag("j", 50)], waiting, budget=12_000, base=11_500)
@@ -150,7 +152,7 @@ def test_two_overdue_calls_of_one_agent_outside_r_prime_are_charged_its_prefix_o
     agents = [_ag("b", 2000, forced=True), _ag("j", 3000)]
     waiting = {"j1": ("j", 0, 1000, 40.0), "j2": ("j", 1, 1000, 30.0)}
     p = _problem(agents, waiting, budget=2000 + 3000 + 1000 + 1000, overdue={0, 1})
-    plan = greedy_pack(p, frozenset({"b"}), repair=False)
+    plan = greedy_pack(p, frozenset({"b"}))
     assert plan.admit == ["j1", "j2"] and plan.blocked == [] and plan.memory == p.budget
 
 
@@ -159,16 +161,12 @@ def test_a_fan_out_pair_is_popped_by_its_tasks_value_not_by_its_first_branchs_ow
     # task 1's entry call gains 6. Room for two calls.
     chains = {0: [("l0", 1.0), ("r0", 9.0)], 1: [("s1", 6.0)]}
     agents = {a: _ag(a, 0) for a in ("L", "R", "S")}
-
-    def problem(by_value):
-        return Problem(budget=2000, base_tokens=0, agents=agents,
-                       request_agent={"l0": "L", "r0": "R", "s1": "S"}, request_task={"l0": 0, "r0": 0, "s1": 1},
-                       request_tokens={"l0": 1000, "r0": 1000, "s1": 1000},
-                       task_agents={0: frozenset("LR"), 1: frozenset("S")}, chain=lambda t, elig: chains[t],
-                       swap_s_per_token=1e-5, max_actions=64, weights=Weights(), pop_by_task_value=by_value)
-
-    by_own_gain = greedy_pack(problem(False), frozenset("LRS"))
-    assert by_own_gain.admit == ["s1", "l0"] and (9.0, "r0") in by_own_gain.blocked  # the pair is split
-    by_value = greedy_pack(problem(True), frozenset("LRS"))
-    assert by_value.admit == ["l0", "r0"] and (6.0, "s1") in by_value.blocked  # admitted together
-    assert by_value.score > by_own_gain.score  # and the state is worth more
+    p = Problem(budget=2000, base_tokens=0, agents=agents,
+                request_agent={"l0": "L", "r0": "R", "s1": "S"}, request_task={"l0": 0, "r0": 0, "s1": 1},
+                request_tokens={"l0": 1000, "r0": 1000, "s1": 1000},
+                task_agents={0: frozenset("LR"), 1: frozenset("S")}, chain=lambda t, elig: chains[t],
+                swap_s_per_token=1e-5, max_actions=64)
+    plan = greedy_pack(p, frozenset("LRS"))
+    assert plan.admit == ["l0", "r0"] and (6.0, "s1") in plan.blocked  # admitted together
+    split = score_state(p, frozenset("LRS"), ["s1", "l0"], {"s1": 6.0, "l0": 1.0}, 2000)  # by each call's own gain
+    assert plan.score > split.total  # and the state is worth more

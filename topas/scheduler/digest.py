@@ -1,8 +1,9 @@
-"""Per-decision digests of the view that TOPAS builds its search problem from (topas.py).
+"""Digests of the view that TOPAS builds its search problem from (tasks.py, problem_builder.py).
 
 A decision runs after every event, so these are written for speed: every waiting and running
 call is read once, and a task's remaining calls come from a per-template table. The values are
 those of `topas.policy.progress` (`active_stage_counts`, `remaining_calls`), in the same order.
+`TaskDigest` keeps one task's derived inputs across decisions while the task does not change.
 """
 
 from __future__ import annotations
@@ -80,3 +81,34 @@ def stage_counts(rs: Sequence[RequestInfo]) -> dict[str, int]:
     for r in rs:
         out[r.stage] = out.get(r.stage, 0) + 1
     return out
+
+
+class StateKeyHead(tuple):
+    """The (template, remaining, waiting, running) part of a task state's cache key, hashed once: a
+    digest reuses it at every decision (equal heads are equal keys, as plain tuples)."""
+
+    def __init__(self, items) -> None:
+        self._hash = tuple.__hash__(self)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+class TaskDigest:
+    """One task's remaining calls, active and waiting counts per stage, reuse counts n_a, state-key head
+    and admission chains, valid while `sig` holds: its progress, its waiting calls and
+    its running calls' stages and residual buckets."""
+
+    __slots__ = ("sig", "remaining", "active", "waiting", "reuse", "head", "state", "bases", "stage_rids", "forms", "chain_state",
+                 "chains", "victims")
+
+    def __init__(self, sig: tuple, remaining: dict, active: dict, waiting: dict, reuse: tuple[tuple[str, int], ...]) -> None:
+        self.sig, self.remaining, self.active, self.waiting, self.reuse = sig, remaining, active, waiting, reuse
+        self.head: tuple | None = None  # (template, remaining, waiting, running) part of the state key
+        self.state: tuple | None = None  # (key tail, the task-state cache entry that key found)
+        self.bases: dict[tuple, tuple] = {}  # (coarse step, epoch) -> the W-free part of its states
+        self.stage_rids: dict[str, list[str]] | None = None  # waiting rids per stage, by ready time
+        self.forms: dict[frozenset[str], tuple[dict, frozenset]] = {}  # eligible agents -> (calls per stage, as a key)
+        self.chain_state = None  # the task state `chains` were built for
+        self.chains: dict[frozenset[str], tuple] = {}  # eligible -> (chain cache key, chain, [(rid, gain)])
+        self.victims: dict[str, tuple[tuple, float]] = {}  # running rid -> (key tail, gain of re-admitting it)

@@ -1,26 +1,27 @@
-"""Orderings of TOPAS's admission list (docs/topas.md, "Admission list")."""
+"""The fourth step of TOPAS's pipeline: the admission list of the chosen state (docs/topas.md, "Admission list").
+
+The plan's part (its admitted calls, its blocked calls, and the first calls of tasks whose small prefix is
+outside R') is grouped by agent, so calls that share a prefix are admitted together (as Parrot's ctx_group),
+and the groups are ranked by the best task they serve, a task being worth its whole conditional progress
+(`task_value`); when the prefixes locked by running calls bind the pool (`prefix_bound`), by the demand
+they serve instead (`group_demand`: consolidation). The work-conserving fill follows: every other waiting
+call, agents in R' first, then by aging weight and ready time, grouped by agent. The fill never reorders
+the plan's part.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from enum import Enum
 from typing import Any
 
-
-class AdmissionOrder(str, Enum):
-    """How the admission list is ordered after the search (`TopasParams.admission_order`)."""
-
-    GAIN = "gain"  # by each call's own age-weighted gain (the search's order)
-    AGENT_BY_CALL = "agent_by_call"  # grouped by agent; groups ranked by their best call's gain
-    AGENT_BY_TASK = "agent_by_task"  # grouped by agent; groups ranked by the best task they serve
-    PLAN_BY_TASK = "plan_by_task"  # AGENT_BY_TASK within the search's plan; the fill after it, by agent
+from topas.policy import SchedulerView
+from topas.scheduler.problem import Plan, Problem
 
 
 def group_by_agent(rids: Sequence[str], agent_of: Mapping[str, str],
                    group_value: Callable[[list[str]], Any] | None = None) -> list[str]:
-    """Each agent's calls pulled together, in list order within the group, so that calls sharing a
-    prefix are admitted together (as Parrot's ctx_group). Groups keep the order of their first call,
-    or, with `group_value`, are ranked by it (largest first; ties keep list order)."""
+    """Each agent's calls pulled together, in list order within the group. Groups keep the order of their
+    first call, or, with `group_value`, are ranked by it (largest first; ties keep list order)."""
     by_agent: dict[str, list[str]] = {}
     for rid in rids:
         by_agent.setdefault(agent_of[rid], []).append(rid)
@@ -31,10 +32,10 @@ def group_by_agent(rids: Sequence[str], agent_of: Mapping[str, str],
 
 
 def task_value(chain: Sequence[tuple[str, float]]) -> float:
-    """A task's whole conditional progress: the age-weighted drop of its longest remaining path when
-    all its ready calls are admitted (the sum of its admission chain's marginal gains). Ranking by it
-    rather than by one call's marginal gain keeps a fan-out's first branch, whose own gain is small
-    until its sibling runs too, from trailing other tasks' single calls."""
+    """A task's whole conditional progress: the age-weighted drop of its longest remaining path when all its
+    ready calls are admitted (the sum of its admission chain's marginal gains). Ranking by it rather than by
+    one call's marginal gain keeps a fan-out's first branch, whose own gain is small until its siblings run
+    too, from trailing other tasks' single calls."""
     if len(chain) == 1:  # the common case; the sum below would add it to 0
         return 0.0 + chain[0][1]
     return sum([g for _, g in chain])
@@ -49,3 +50,44 @@ def group_demand(group: Sequence[str], value_of: Callable[[str], float]) -> tupl
 def prefix_bound(locked_tokens: int, pool_tokens: int, share: float) -> bool:
     """The batch is bound by prefixes: those locked by running calls take more than `share` of the pool."""
     return locked_tokens > share * pool_tokens
+
+
+def small_prefix_calls(p: Problem, resident: frozenset[str], listed: Mapping[str, float]) -> list[tuple[float, str]]:
+    """(gain, rid) of the first call of each task none of whose agents is in R', when that call's prefix takes
+    less room than the call's own KV. Leaving such an agent out of R' saves next to no memory, so its call is
+    listed by its own gain like a blocked one instead of waiting behind the fill (docs/topas.md,
+    "Small prefixes outside R'"). Calls already in `listed` keep their place."""
+    out = []
+    for t, ags in p.task_agents.items():
+        if not ags or ags & resident:
+            continue
+        ch = p.chain(t, ags)
+        if not ch:
+            continue
+        rid, g = ch[0]
+        if g > 0 and rid not in listed and p.agents[p.request_agent[rid]].tokens < p.request_tokens[rid]:
+            out.append((g, rid))
+    return out
+
+
+def admission_list(view: SchedulerView, problem: Problem, plan: Plan, aging: Mapping[int, float],
+                   consolidate_share: float) -> list[str]:
+    """The decision's admission list for the chosen plan (see the module docstring)."""
+    ranked = {rid: g for g, rid in plan.blocked}  # blocked calls keep their place by gain: the engine waits for them
+    ranked.update(plan.gains)
+    ranked.update((rid, g) for g, rid in small_prefix_calls(problem, plan.resident, ranked))
+    plan_part = sorted(ranked, key=lambda rid: -ranked[rid])
+    chosen = set(plan_part) | set(plan.preempt_rids)
+    resident, weight = plan.resident, aging.get
+    fill = [r for r in view.waiting if r.rid not in chosen]
+    fill.sort(key=lambda r: (r.agent not in resident, -weight(r.task_id, 1.0), r.ready_time))
+    values = {t: task_value(problem.chain(t, ags)) for t, ags in problem.task_agents.items() if ags}
+    task_of = problem.request_task
+    value_of = lambda rid: values.get(task_of[rid], 0.0)  # noqa: E731
+    locked = sum([o.tokens for o in problem.agents.values() if o.forced])
+    if prefix_bound(locked, problem.budget, consolidate_share):
+        rank = lambda group: group_demand(group, value_of)  # noqa: E731
+    else:
+        rank = lambda group: max(value_of(rid) for rid in group)  # noqa: E731
+    return (group_by_agent(plan_part, problem.request_agent, rank)
+            + group_by_agent([r.rid for r in fill], {r.rid: r.agent for r in fill}))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from topas.policy import SchedulerView
-from topas.scheduler.search import Problem
+from topas.scheduler.problem import Problem
 
 
 def safe_pins(view: SchedulerView, problem: Problem, admit: Sequence[int], blocked: Sequence[int], want: Sequence[str],

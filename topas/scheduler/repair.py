@@ -1,51 +1,19 @@
-"""TOPAS's preemption repair (docs/topas.md): a blocked call of a plan is admitted by preempting
-running calls when its gain exceeds their J_redo + J_revoke. The candidates and their costs are built
-by the policy (`preemption.py`); this module only tries them, within the K actions of a decision."""
+"""The preemption repair (docs/topas.md, "J_redo and J_revoke"): a blocked call of a state is admitted by
+preempting running calls of other tasks when its gain exceeds their J_redo + J_revoke with the margin, tried
+cheapest per freed token first, within the K actions of a decision. The repaired state is scored again by
+`score.score_state`, so it has the documented score (its prefix moves and preemptions included)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
-if TYPE_CHECKING:
-    from topas.scheduler.search import Plan, Problem
+from topas.scheduler.problem import Plan, Problem, RunningOption
+from topas.scheduler.score import score_state
 
 
-@dataclass(slots=True)
-class RunningOption:
-    """A preemption candidate. Its cost (J_redo + J_revoke) may be given or computed on first use."""
-
-    rid: str
-    task_id: int
-    tokens: int  # KV freed by preempting it
-    cost_s: float | Callable[[], float]
-    order_key: float = 0.0  # cheap proxy the candidates are tried in (lower first)
-    lower_s: float = 0.0  # a lower bound of the cost, known without computing it
-
-    def cost(self) -> float:
-        if callable(self.cost_s):
-            self.cost_s = self.cost_s()
-        return self.cost_s
-
-
-class Candidates(Sequence):
-    """Preemption candidates in trial order (`order_key`, ties in given order), each built on first
-    access: a repair usually reads the first one or two of them only."""
-
-    def __init__(self, keys: Sequence[float], build: Callable[[int], RunningOption]) -> None:
-        self._order = sorted(range(len(keys)), key=keys.__getitem__)  # stable, as sorting the options
-        self._build = build
-        self._made: dict[int, RunningOption] = {}
-
-    def __len__(self) -> int:
-        return len(self._order)
-
-    def __getitem__(self, i: int) -> RunningOption:
-        opt = self._made.get(i)
-        if opt is None:
-            opt = self._made[i] = self._build(self._order[i])
-        return opt
+def _repair_tokens(p: Problem, plan: Plan, rid: str) -> int:
+    a = p.request_agent[rid]
+    return p.request_tokens[rid] + (0 if a in plan.resident else p.agents[a].tokens)
 
 
 def _repairs_all_fail(p: Problem, plan: Plan, pool: Sequence[RunningOption]) -> bool:
@@ -72,27 +40,20 @@ def _repairs_all_fail(p: Problem, plan: Plan, pool: Sequence[RunningOption]) -> 
     return True
 
 
-def _repair_tokens(p: Problem, plan: Plan, rid: str) -> int:
-    a = p.request_agent[rid]
-    return p.request_tokens[rid] + (0 if a in plan.resident else p.agents[a].tokens)
-
-
 def preempt_repair(p: Problem, plan: Plan) -> Plan:
-    """Repair move: admit a blocked high-gain request by preempting running ones whose
-    J_redo + J_revoke is below its gain (tried in the candidates' proxy order), within K actions.
-    A candidate's cost is computed on its first use only (it may read the task-state cache)."""
+    """The plan with the blocked calls that preemption can pay for admitted (in place; unchanged if none).
+    A candidate's J_revoke is computed on its first use only (it may read the task-state cache)."""
     pool = p.victims()
-    if _repairs_all_fail(p, plan, pool):
+    if not plan.blocked or _repairs_all_fail(p, plan, pool):
         return plan
     taken: set[str] = set()
     mem = plan.memory
     max_actions, budget, fails = p.max_actions, p.budget, p._repair_fails
-    request_agent = p.request_agent
     actions = len(plan.admit) + len(plan.preempt)
+    repaired = False
     for g, rid in sorted(plan.blocked, reverse=True):
         if actions >= max_actions:
             break
-        a = request_agent[rid]
         d = _repair_tokens(p, plan, rid)
         need = mem + d - budget
         if not taken:
@@ -110,8 +71,7 @@ def preempt_repair(p: Problem, plan: Plan) -> Plan:
                 continue
             chosen.append(r)
             freed += r.tokens
-            c = r.cost_s
-            cost += r.cost() if callable(c) else c
+            cost += r.cost()
             if cost >= g:
                 break
         if freed < need or cost >= g:
@@ -121,12 +81,14 @@ def preempt_repair(p: Problem, plan: Plan) -> Plan:
         if actions + len(chosen) + 1 > max_actions:
             continue
         taken.update(r.rid for r in chosen)
-        plan.preempt.extend(r.rid for r in chosen)
+        plan.preempt.extend(chosen)
         plan.admit.append(rid)
         plan.gains[rid] = g
-        plan.score += g - cost
         mem += d - freed
-        plan.resident = plan.resident | {a}
+        plan.resident = plan.resident | {p.request_agent[rid]}
         actions += len(chosen) + 1
+        repaired = True
     plan.memory = mem
+    if repaired:
+        plan.breakdown = score_state(p, plan.resident, plan.admit, plan.gains, mem, plan.preempt)
     return plan

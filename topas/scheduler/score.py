@@ -1,14 +1,21 @@
-"""The terms of TOPAS's score of a post-decision state, all in seconds (docs/topas.md):
+"""TOPAS's score of a post-decision state, every term in seconds (docs/topas.md, "The score"):
 
-    Score = J_admit - J_move - J_redo - J_revoke + V_reuse - J_batch
+    Score = J_admit - J_move - J_redo - J_revoke - margin + V_reuse
 
-Each term is a pure function so it can be unit-tested and switched off for ablations.
+The terms are pure functions; `score_state` is the one place a state's score is computed, with every term
+in a `ScoreBreakdown` (aging included: J_admit's age-weighted sum beside the sum of the plain path drops).
+The search, the preemption repair and the tests all call it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the problem's types (problem.py imports this module for ScoreBreakdown)
+    from topas.scheduler.problem import Problem, RunningOption
 
 
 def aging(now: float, arrival: float, rho: float, h_age: float) -> float:
@@ -19,11 +26,6 @@ def aging(now: float, arrival: float, rho: float, h_age: float) -> float:
 def j_admit(gains: Iterable[tuple[float, float]]) -> float:
     """Sum over admitted requests of aging x Delta_task: items are (delta_seconds, aging)."""
     return sum(d * g for d, g in gains)
-
-
-def j_admit_weighted(weighted_gains: Iterable[float]) -> float:
-    """J_admit of gains already multiplied by their aging (the search's gains): the same sum, d x 1.0 being d."""
-    return sum(weighted_gains)
 
 
 def j_move(moves: Iterable[tuple[float, int]]) -> float:
@@ -47,14 +49,50 @@ def v_reuse(resident: Iterable[tuple[int, float]], beta: float) -> float:
     return beta * sum(n * t for n, t in resident)
 
 
+@dataclass(frozen=True, slots=True)
+class ScoreBreakdown:
+    """Every term of a state's score (seconds). `j_admit` is age-weighted; `aging` is the part of it that
+    aging adds (J_admit less the plain path drops of the admitted calls)."""
 
-def j_batch(pending_gains: Sequence[float], call_tokens: float, free_tokens: float) -> float:
-    """The batch consequence of a state (docs/topas.md, "Consolidation"): the calls of the agents it holds
-    resident that are pending now or about to become ready (`pending_gains`, their gains) would need
-    `call_tokens` each; those the KV left free cannot hold are crowded out, valued at their mean gain.
-    Every prefix a state opens takes its tokens from that room, so the cost grows with each one."""
-    n = len(pending_gains)
-    if not n:
-        return 0.0
-    crowded = min(float(n), max(n * call_tokens - free_tokens, 0.0) / call_tokens)
-    return crowded * sum(pending_gains) / n
+    j_admit: float = 0.0
+    aging: float = 0.0
+    j_move: float = 0.0
+    v_reuse: float = 0.0
+    j_redo: float = 0.0
+    j_revoke: float = 0.0
+    margin: float = 0.0  # preempt_margin x (J_redo + J_revoke): hysteresis against preemption thrash
+
+    @property
+    def total(self) -> float:
+        return self.j_admit - self.j_move + self.v_reuse - (self.j_redo + self.j_revoke + self.margin)
+
+
+def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gains: Mapping[str, float], mem: int,
+                preempt: Sequence[RunningOption] = ()) -> ScoreBreakdown:
+    """The score of the state (R' = resident, Q' = the kept running calls + `admit` - `preempt`), holding
+    `mem` tokens. J_move: every prefix in R' not on the GPU moves in, charged once per admitted task that uses
+    it; prefixes left out of R' move out only for the tokens the batch needs beyond the budget. J_redo and
+    J_revoke: of the preempted calls, with the preemption margin on top."""
+    agents = p.agents
+    on_gpu, reuse = p.agent_terms()
+    in_order = sorted(resident)  # float sums in a fixed order: a set's order follows the string hash seed
+    tasks_of: dict[str, set[int]] = {}  # agent -> tasks of its admitted calls
+    for rid in admit:
+        tasks_of.setdefault(p.request_agent[rid], set()).add(p.request_task[rid])
+    moves = [(agents[a].move_in_s, len(tasks_of.get(a, ()))) for a in in_order if not agents[a].on_gpu]
+    out_tokens = sum([n for a, n in on_gpu if a not in resident])
+    overflow = min(out_tokens, max(mem + out_tokens - p.budget, 0))
+    moves.append((overflow * p.swap_s_per_token, 1))
+    redo = revoke = 0.0
+    for r in preempt:
+        redo += r.redo_s
+        revoke += r.revoke()
+    margin = sum([r.margin * (r.redo_s + r.revoke()) for r in preempt])
+    weighted = sum(gains[rid] for rid in admit)  # gains are already age-weighted
+    weight = p.task_aging.get
+    return ScoreBreakdown(
+        j_admit=weighted, aging=weighted - sum(gains[rid] / weight(p.request_task[rid], 1.0) for rid in admit),
+        j_move=j_move(moves),
+        v_reuse=v_reuse([reuse[a] for a in in_order], p.beta) if p.beta else 0.0,
+        j_redo=redo, j_revoke=revoke, margin=margin,
+    )
