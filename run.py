@@ -46,13 +46,14 @@ def precheck(argv: list[str]) -> None:
     this: Hydra handles them."""
     if any(a.startswith("-") for a in argv):
         return
-    from topas.runner import prepare, run_lock
+    from topas.runner import output_path, prepare, run_lock
     from topas.sweep import compose_config, explain
 
     try:
         cfg = compose_config(argv, hydra_config=True)
+        out = output_path(cfg.hydra.run.dir)
         prepare(cfg)
-        _HELD.enter_context(run_lock(Path(str(cfg.hydra.run.dir))))
+        _HELD.enter_context(run_lock(out))
     except Exception as e:  # noqa: BLE001 - any failure here is the user's input
         _fail(explain(e, argv))
 

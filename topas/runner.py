@@ -111,10 +111,15 @@ def prepare(cfg: DictConfig) -> RunPlan:
     return plan
 
 
+def output_path(value: Any, key: str = "hydra.run.dir") -> Path:
+    """A configured output folder as a path; an empty one (it would be the working folder) is an error."""
+    if value is None or not str(value).strip():
+        raise ConfigError(f"{key} is empty: give the run's folder (an empty one would be the working folder)")
+    return Path(str(value))
+
+
 def check_output_dir(out: Path) -> None:
     """The run folder can be created and written (checked before a run, not after it)."""
-    if not str(out).strip():
-        raise ConfigError("output folder: the path is empty (hydra.run.dir= or out_dir=); give the run's folder")
     p = out
     while not p.exists() and p != p.parent:
         p = p.parent
@@ -174,7 +179,7 @@ def run_lock(out: Path, wait: bool = False) -> Iterator[None]:
 def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False) -> tuple[Path, dict[str, Any]]:
     """Execute one configured run and write its folder (under its lock). Returns (folder, summary)."""
     plan = prepare(cfg)
-    out = Path(out_dir if out_dir is not None else cfg.out_dir)
+    out = output_path(out_dir, "out_dir") if out_dir is not None else output_path(cfg.out_dir, "out_dir")
     with run_lock(out):
         return _run(cfg, plan, out, quiet)
 
