@@ -12,7 +12,7 @@ _NOISE = ("full_key", "object_type", "provider=", "Config search path", "Set the
 _FULL = {errno.ENOSPC: ("No space left", "no space left on the device"),
          errno.EDQUOT: ("quota exceeded", "disk quota exceeded"),
          errno.EFBIG: ("File too large", "file too large (a file-size limit, e.g. ulimit -f)")}
-_LEXER = re.compile(r"(LexerNoViableAltException|mismatched input|extraneous input|no viable alternative)")
+GRAMMAR = re.compile(r"(LexerNoViableAltException|mismatched input|extraneous input|no viable alternative|token recognition)")
 
 
 def _existing(p: Path) -> Path:
@@ -37,15 +37,19 @@ def disk_full(e: BaseException, path: str | Path | None = None) -> str | None:
     return f"cannot write {where}: {_FULL[code][1]}; {free}"
 
 
-def _override_syntax(lines: list[str]) -> str | None:
-    """Hydra's lexer error on an override it cannot read (an unquoted `~`, space or non-ASCII character)."""
-    if not _LEXER.search(lines[0]):
-        return None
-    override = lines[0].split(":", 1)[1].strip() if ":" in lines[0] else lines[0]
+def unreadable_override(override: str) -> str:
+    """One line for an override Hydra's grammar cannot read, with the quoting that fixes it."""
     key, _, value = override.partition("=")
     hint = f"quote the value: '{key}=\"{value}\"'" if value else "quote it"
-    return (f"override '{override}': Hydra's override grammar cannot read it (an unquoted '~', space, or "
+    return (f"override '{override}': Hydra's override grammar cannot read it (an unquoted '~', '=', space or "
             f"non-ASCII character); {hint}")
+
+
+def _override_syntax(lines: list[str]) -> str | None:
+    """Hydra's lexer error naming the override it cannot read."""
+    if not lines[0].startswith("LexerNoViableAltException:"):
+        return None
+    return unreadable_override(lines[0].split(":", 1)[1].strip())
 
 
 def one_line(e: BaseException, path: str | Path | None = None) -> str:

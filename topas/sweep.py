@@ -240,6 +240,16 @@ def explain(e: BaseException, overrides: Sequence[str]) -> str:
     the unknown key and the keys that exist beside it."""
     import re
 
+    from topas.errors import GRAMMAR, unreadable_override
+
+    if GRAMMAR.search(str(e)):  # name the override Hydra's grammar cannot read
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        for o in overrides:
+            try:
+                OverridesParser.create().parse_overrides([o])
+            except Exception:  # noqa: BLE001 - this one
+                return unreadable_override(o)
     m = re.search(r"Could not override '([^']+)'", str(e))
     if not m:
         return one_line(e)
