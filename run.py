@@ -33,10 +33,10 @@ MULTIRUN_FLAGS = ("-m", "--multirun")
 _HELD = ExitStack()  # the single run's folder lock, held until the process ends
 
 
-def _fail(e: BaseException | str, status: int = 2) -> None:
+def _fail(e: BaseException | str, status: int = 2, path: Path | None = None) -> None:
     if os.environ.get("TOPAS_DEBUG") and isinstance(e, BaseException):
         raise e
-    print(f"error: {e if isinstance(e, str) else one_line(e)}", file=sys.stderr)
+    print(f"error: {e if isinstance(e, str) else one_line(e, path)}", file=sys.stderr)
     sys.exit(status)
 
 
@@ -55,7 +55,7 @@ def precheck(argv: list[str]) -> None:
         prepare(cfg)
         _HELD.enter_context(run_lock(out))
     except Exception as e:  # noqa: BLE001 - any failure here is the user's input
-        _fail(explain(e, argv))
+        _fail(e if os.environ.get("TOPAS_DEBUG") else explain(e, argv))
 
 
 def precheck_sweep(argv: list[str]) -> tuple[list[list[str]], Path] | None:
@@ -78,7 +78,7 @@ def precheck_sweep(argv: list[str]) -> tuple[list[list[str]], Path] | None:
             raise ConfigError("hydra.sweep.dir is empty; give the sweep's folder")
         claim_plan(Path(sweep_dir), jobs)
     except Exception as e:  # noqa: BLE001 - any failure here is the user's input
-        _fail(explain(e, overrides))
+        _fail(e if os.environ.get("TOPAS_DEBUG") else explain(e, overrides))
     manifest = Path(sweep_dir).absolute() / MANIFEST_FILE
     sys.argv.append(manifest_override(manifest))
     return jobs, manifest
@@ -117,7 +117,7 @@ def main(cfg: DictConfig) -> None:
         try:
             run(cfg, out_dir=out)
         except (ValueError, OSError) as e:  # bad input found late, a full disk: one line
-            _fail(one_line(e, out))
+            _fail(e, path=out)
         return
     try:
         with run_lock(out, wait=True):  # a concurrent sweep's job in this folder: wait for it, then maybe skip
