@@ -35,7 +35,10 @@ def reproduce(monkeypatch, capsys, *args) -> tuple[int, str]:
 
     monkeypatch.setattr(sys, "argv", ["reproduce", "--grid", "quick", *args])
     with pytest.raises(SystemExit) as e:
-        rp.main()
+        try:
+            rp.main()
+        except KeyboardInterrupt:
+            pytest.fail("Ctrl-C escaped as a KeyboardInterrupt (a traceback)")
     return e.value.code, capsys.readouterr().err.strip()
 
 

@@ -212,7 +212,7 @@ def _main() -> None:
     from topas.reproduce_args import check_args, parse_args
     from topas.sweep import check_jobs, expand, run_sweep, status_counts, write_plan
 
-    a = parse_args(__doc__)
+    a = parse_args(__doc__, ROOT / "runs")
     real = a.backend != "sim"
     experiments = a.experiments if a.experiments is not None else default_experiments(a.grid, a.backend)
     if a.out:
@@ -222,7 +222,7 @@ def _main() -> None:
     else:
         out = ROOT / "analysis" / "results" / ("" if a.grid == "default" else a.grid)
     runs = Path(a.runs).resolve()
-    problem = check_args(a, runs, out)
+    problem = check_args(a, runs, out, {e: experiment_name(e, a.grid, a.backend) for e in EXPERIMENTS})
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         raise SystemExit(2)

@@ -7,8 +7,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from topas.reproduce import EXPERIMENTS, ROOT, experiment_name
-
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse with its errors as one `error:` line (status 2), like every other bad input."""
@@ -18,7 +16,7 @@ class OneLineParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def parse_args(doc: str, argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(doc: str, runs: Path, argv: list[str] | None = None) -> argparse.Namespace:
     """The options; `--` ends `--experiments` (the overrides after it reach every run)."""
     ap = OneLineParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grid", choices=["quick", "default", "full", "real"], default="default",
@@ -34,7 +32,7 @@ def parse_args(doc: str, argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", default=None,
                     help="results folder (default analysis/results[/<grid>]; real engines analysis/results/<backend>/<grid>)")
     ap.add_argument("--skip-runs", action="store_true", help="only regenerate tables and figures")
-    ap.add_argument("--runs", default=str(ROOT / "runs"), help="the runs folder (default runs/)")
+    ap.add_argument("--runs", default=str(runs), help="the runs folder (default runs/)")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the plan (runs per GPU or worker) and its estimated real time; run nothing")
     ap.add_argument("--wandb", choices=["offline", "online"], default=None,
@@ -67,22 +65,23 @@ def _folder(what: str, path: Path, must_exist: bool = False) -> str | None:
     return None
 
 
-def check_args(a: argparse.Namespace, runs: Path, out: Path) -> str | None:
-    """What is wrong with the command line (one line), before anything runs; None if nothing."""
+def check_args(a: argparse.Namespace, runs: Path, out: Path, names: dict[str, str]) -> str | None:
+    """What is wrong with the command line (one line), before anything runs; None if nothing. `names`: every
+    experiment -> its runs folder's name on this grid and backend."""
     if a.experiments is not None:
         if not a.experiments:
-            return "--experiments names no experiment; name some (" + ", ".join(EXPERIMENTS) + ") or leave it out"
+            return "--experiments names no experiment; name some (" + ", ".join(names) + ") or leave it out"
         given = [e for e in a.experiments if "=" in e]
         if given:
             return (f"--experiments {given[0]}: an override, not an experiment; write overrides before --experiments "
                     f"or after `--` (--experiments {' '.join(e for e in a.experiments if '=' not in e)} -- {' '.join(given)})")
-        unknown = [e for e in a.experiments if e not in EXPERIMENTS]
+        unknown = [e for e in a.experiments if e not in names]
         if unknown:
-            return f"--experiments: unknown experiment(s) {', '.join(unknown)}; known: {', '.join(EXPERIMENTS)}"
+            return f"--experiments: unknown experiment(s) {', '.join(unknown)}; known: {', '.join(names)}"
     if a.skip_runs:
-        wanted = a.experiments or list(EXPERIMENTS)
-        if not any((runs / experiment_name(e, a.grid, a.backend)).is_dir() for e in wanted):
+        wanted = [names[e] for e in a.experiments or names]
+        if not any((runs / w).is_dir() for w in wanted):
             why = _folder("--runs", runs, must_exist=True) or f"--runs {runs}: holds no run of the '{a.grid}' grid"
-            return f"{why} (looked for {', '.join(experiment_name(e, a.grid, a.backend) for e in wanted)}); nothing to report"
+            return f"{why} (looked for {', '.join(wanted)}); nothing to report"
     return _folder("--runs", runs) or _folder("--out", out)
 
