@@ -24,7 +24,9 @@ run: $(STAMP)
 
 ## The default test suite, including the real SGLang server on CPU (installed by sglang-cpu, which
 ## keeps a GPU sglang install (`make sglang-gpu`, detected by its sglang-kernel) as it is;
-## SKIP_SGLANG_CPU=1 skips that step altogether).
+## SKIP_SGLANG_CPU=1 skips that step altogether). The tests run in a random order (pytest-randomly, a dev extra: the seed is
+## printed first; ARGS="--randomly-seed=N" repeats an order, ARGS="-p no:randomly" keeps file order), so a test
+## that passes only after another fails loudly.
 test: $(STAMP) $(if $(SKIP_SGLANG_CPU),,sglang-cpu)
 	$(PY) -m ruff check .
 	$(if $(SKIP_SGLANG_CPU),,TOPAS_REQUIRE_SGLANG=1) $(PY) -m pytest $(ARGS)

@@ -113,7 +113,7 @@ class AutellixLAS(Policy):
             if self.mode not in ("atlas", "plas"):
                 raise ValueError(f"autellix_las: mode must be 'atlas' or 'plas', got {self.mode!r}")
             check_ranges(self, num_levels=">= 1", first_quantum_s="> 0", quantum_ratio=">= 1", starvation_ratio="> 0",
-                         max_preempt_per_decision=">= 0")
+                         max_preempt_per_decision=">= 0", prior_output_tokens="> 0")
 
     def __init__(self, params: Params | None = None) -> None:
         super().__init__(params)

@@ -90,7 +90,8 @@ class ContinuumTTL(Policy):
         stop_at_first_misfit: bool = True  # vLLM (Continuum's base) admission stops at the first misfit
 
         def __post_init__(self) -> None:
-            check_ranges(self, eta="in [-1, 1]", prior_pause_s="> 0", max_pin_fraction="in [0, 1]")
+            check_ranges(self, eta="in [-1, 1]", prior_pause_s="> 0", max_pin_fraction="in [0, 1]", min_samples=">= 1",
+                         queue_window=">= 1", sample_window=">= 1", prior_output_tokens="> 0")
 
     def __init__(self, params: Params | None = None) -> None:
         super().__init__(params)

@@ -148,7 +148,7 @@ class KVFlow(Policy):
         stop_at_first_misfit: bool = True  # SGLang FCFS admission
 
         def __post_init__(self) -> None:
-            check_ranges(self, lookahead=">= 0", max_pin_fraction="in [0, 1]")
+            check_ranges(self, lookahead=">= 0", hold_steps=">= 0", max_pin_fraction="in [0, 1]", prior_output_tokens="> 0")
 
     def __init__(self, params: Params | None = None) -> None:
         super().__init__(params)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from topas.checks import check_ranges
 from topas.policy import Decision, Policy, RequestInfo, SchedulerView, register_policy
 
 
@@ -112,6 +113,10 @@ class LPM(Policy):
         fcfs_above_waiting: int = 128  # WAITING_QUEUE_PREFIX_MATCH_MAX (a constant in SGLang)
         in_batch_check_threshold: int = 32  # IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD
         in_batch_deprioritize_threshold: int = 32  # IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD
+
+        def __post_init__(self) -> None:
+            check_ranges(self, fcfs_above_waiting=">= 0", in_batch_check_threshold=">= 0",
+                         in_batch_deprioritize_threshold=">= 0")
 
     def __init__(self, params=None) -> None:
         super().__init__(params)

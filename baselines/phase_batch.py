@@ -64,8 +64,7 @@ class PhaseBatch(Policy):
         starvation_limit_s: float | None = 45.0
 
         def __post_init__(self) -> None:
-            if self.starvation_limit_s is not None:
-                check_ranges(self, starvation_limit_s=">= 0")  # inf allowed: no limit, as None
+            check_ranges(self, starvation_limit_s="in [0, inf]")  # inf (or None): no limit
 
     def schedule(self, view: SchedulerView) -> Decision:
         admit, starved = phase_order(view, self.params.starvation_limit_s)

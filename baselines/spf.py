@@ -30,6 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Literal
 
+from topas.checks import check_ranges
 from topas.policy import Decision, Policy, RequestInfo, SchedulerView, register_policy
 from topas.policy.estimates import Prior, ServiceEstimator
 from topas.policy.events import Event
@@ -93,6 +94,7 @@ class SPF(Policy):
         def __post_init__(self) -> None:
             if self.granularity not in ("task", "request"):
                 raise ValueError(f"spf: granularity must be 'task' or 'request', got {self.granularity!r}")
+            check_ranges(self, prior_output_tokens="> 0", prior_weight="> 0", batch_size=">= 1", context_tokens=">= 1")
 
     def __init__(self, params: Params | None = None) -> None:
         super().__init__(params)

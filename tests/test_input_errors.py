@@ -196,6 +196,7 @@ def test_the_fit_rule_is_the_simulators_exactly(prompt, out):
 
 
 def test_a_misfit_is_rejected_while_preparing_the_run_before_the_engine_starts(monkeypatch):
+    import topas.engines.sim.backend as backend_mod  # imported before the patch: it binds SimEngine by name
     import topas.engines.sim.engine as engine_mod
     from topas.runner import prepare
 
@@ -203,6 +204,7 @@ def test_a_misfit_is_rejected_while_preparing_the_run_before_the_engine_starts(m
         raise AssertionError("the engine was constructed")
 
     monkeypatch.setattr(engine_mod, "SimEngine", no_engine)
+    monkeypatch.setattr(backend_mod, "SimEngine", no_engine)
     with pytest.raises(ConfigError, match=r"KV pool 10 tokens"):
         prepare(cfg("backend.kv_pool_tokens=10", "backend.latency=roofline"))
 

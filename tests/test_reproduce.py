@@ -48,26 +48,38 @@ def test_a_run_made_by_other_code_or_config_is_run_again(tmp_path):
     p = sweep(tmp_path)
     assert p.returncode == 0 and p.stdout.count("complete, skipped") == 3
     assert json.loads(stale.read_text())["fingerprint"] != "left-by-old-code"
-    # a config change that keeps the folder path (here the warm-up fraction) re-runs every point
+    # a config change that keeps the folder path (here the warm-up fraction) re-runs every point, once the old
+    # plan is given up (a sweep folder holds one plan: topas.sweep.claim_plan)
+    assert sweep(tmp_path, "workload.warmup_fraction=0.2").returncode == 2
+    (tmp_path / "sweep" / "sweep_plan.json").unlink()
     p = sweep(tmp_path, "workload.warmup_fraction=0.2")
     assert p.returncode == 0 and p.stdout.count("complete, skipped") == 0
 
 
 def test_a_failed_point_is_recorded_and_does_not_stop_the_sweep(tmp_path):
-    # a KV pool smaller than one prompt (8,448 tokens) stalls the engine: those points fail
-    p = sweep(tmp_path, "backend.kv_pool_tokens=5000,100000", "run_subdir=${workload.name}/kv${backend.kv_pool_tokens}/seed${seed}")
-    assert p.returncode == 0, p.stderr[-2000:]
+    # a KV pool smaller than one prompt (8,448 tokens) would stall the engine: checked before anything runs
+    subdir = "run_subdir=${workload.name}/kv${backend.kv_pool_tokens}/seed${seed}"
+    p = sweep(tmp_path, "backend.kv_pool_tokens=5000,100000", subdir)
+    assert p.returncode == 2 and "KV pool 5000" in p.stderr and not (tmp_path / "sweep").exists()
+    # points that fail while they run (here their engine crashes) are recorded; the others run
+    p = sweep(tmp_path, "backend.kv_pool_tokens=50000,100000", subdir,
+              "+hydra.callbacks.fail._target_=tests.helpers.sweep_killer.FailJob",
+              "+hydra.callbacks.fail.marker=50000")
+    assert p.returncode == 1, p.stderr[-2000:]  # not 0: points failed; one line says so
+    assert p.stderr.strip().splitlines()[-1].startswith("error: sweep: 8 points: 4 ok, 0 cached, 4 failed, 0 missing")
     errors = list((tmp_path / "sweep").glob("**/error.txt"))
-    assert len(errors) == 4 and all("kv5000" in str(e) for e in errors)  # 2 workloads x 2 seeds
+    assert len(errors) == 4 and all("kv50000" in str(e) for e in errors)  # 2 workloads x 2 seeds
     assert len(list((tmp_path / "sweep").glob("**/kv100000/**/summary.json"))) == 4
-    assert "KV pool" in errors[0].read_text()
+    assert "engine died" in errors[0].read_text()
     # the report says which runs are missing and why
-    from analysis.load import load_failures
+    from analysis.load import load_experiment, load_failures
 
     failed = load_failures(tmp_path / "sweep", "sweep")
     assert len(failed) == 4 and set(failed["experiment"]) == {"sweep"}
-    assert all("kv5000" in r and "KV pool" in e for r, e in zip(failed["run"], failed["error"]))
-    assert all(j.startswith("workload=") and "backend.kv_pool_tokens=5000" in j for j in failed["job"])
+    assert all("kv50000" in r and "engine died" in e for r, e in zip(failed["run"], failed["error"]))
+    assert all(j.startswith("workload=") and "backend.kv_pool_tokens=50000" in j for j in failed["job"])
+    df, failed = load_experiment("sweep", tmp_path)  # the sweep's plan: 4 runs, 4 failures
+    assert len(df) == 4 and list(failed["status"]) == ["failed"] * 4
 
 
 def test_launcher_configs_compose():

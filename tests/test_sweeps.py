@@ -15,6 +15,7 @@ from topas.results import clear_outcome, incomplete_reason, is_complete
 
 ROOT = Path(__file__).resolve().parents[1]
 KILLER = "+hydra.callbacks.killer._target_=tests.helpers.sweep_killer.KillJob"
+FAIL = "+hydra.callbacks.fail._target_=tests.helpers.sweep_killer.FailJob"
 
 
 def reproduce(tmp, *args, experiments=("motivation",)):
@@ -41,11 +42,16 @@ def test_a_killed_worker_makes_reproduce_fail_and_lists_the_missing_runs(tmp_pat
 
 
 def test_a_grid_where_every_point_fails_is_not_ok(tmp_path):
-    p = reproduce(tmp_path, "--jobs", "1", "backend.kv_pool_tokens=100")
+    p = reproduce(tmp_path, "--jobs", "1", "workload.num_tasks=4", FAIL, "+hydra.callbacks.fail.marker=workload")
     assert p.returncode == 1
     assert "0 ok" in p.stdout and "2 failed" in p.stdout
     failed = (tmp_path / "results" / "failed_runs.md").read_text()
-    assert failed.count("| failed") == 2 and "KV pool" in failed
+    assert failed.count("| failed") == 2 and "engine died" in failed
+
+
+def test_a_grid_whose_input_is_bad_runs_nothing(tmp_path):
+    p = reproduce(tmp_path, "--jobs", "1", "backend.kv_pool_tokens=100")  # no call fits: every run would fail
+    assert p.returncode == 2 and "KV pool 100" in p.stderr and not (tmp_path / "runs").exists()
 
 
 def test_reproduce_reports_progress_and_one_line_per_experiment(tmp_path):

@@ -6,6 +6,7 @@
     check_ranges(params, M=">= 0", K="> 0")                # in a frozen Params dataclass's __post_init__
 
 A rule is "> a", ">= a", "< a", "<= a" or an interval "in [a, b]" / "in (a, b]" / "in [a, b)" / "in (a, b)".
+A value must be finite unless its rule names `inf` ("in [0, inf]"); None passes `check_ranges` (an unset option).
 Nothing here imports the rest of the package.
 """
 
@@ -34,7 +35,9 @@ def is_number(v: Any) -> bool:
 
 
 def satisfies(v: float, rule: str) -> bool:
-    """True when `v` obeys `rule` (NaN obeys none)."""
+    """True when `v` obeys `rule` (NaN obeys none; an infinity only a rule that names `inf`)."""
+    if math.isinf(v) and "inf" not in rule:
+        return False
     m = _CMP.match(rule.strip())
     if m:
         op, bound = m.group(1), float(m.group(2))
@@ -84,12 +87,13 @@ def number(key: str, v: Any, rule: str | None = None, finite: bool = True) -> fl
 
 
 def check_ranges(obj: Any, **rules: str) -> None:
-    """In a (frozen) dataclass's `__post_init__`: each named field obeys its rule; a RangeError
+    """In a (frozen) dataclass's `__post_init__`, the one place its fields' ranges are declared:
+    each named field obeys its rule (None passes: an optional field left unset); a RangeError
     names `<Class>.<field>` (the policy registry re-names it `scheduler.params.<field>`)."""
     owner = type(obj).__qualname__
     for name, rule in rules.items():
         v = getattr(obj, name)
-        if not is_number(v) or not satisfies(v, rule):
+        if v is not None and (not is_number(v) or not satisfies(v, rule)):
             err = RangeError(f"{owner}.{name}", rule, v)
             err.field = name  # type: ignore[attr-defined]
             raise err

@@ -55,6 +55,7 @@ class Backend:
     schema: str  # dataclass of conf/backend/<name>.yaml; a ClassVar RANGES gives topas.checks rules of its numbers
     run: str  # function(topas.runner.RunContext) -> (RunRecord, wall seconds of the engine loop)
     check: str | None = None  # function(topas.runner.RunPlan): a ConfigError before anything runs
+    check_options: str | None = None  # function(the validated options): a ConfigError for a bad value or combination
 
 
 # backend name (conf/backend/<name>.yaml's `name`) -> its registration: the one table of engines
@@ -62,7 +63,8 @@ BACKENDS: dict[str, Backend] = {
     "sim": Backend("topas.engines.sim.config:SimBackendConfig", "topas.engines.sim.backend:run_sim",
                    "topas.engines.sim.backend:check_sim"),
     "sglang": Backend("topas.engines.sglang.client.backend_config:SGLangBackendConfig",
-                      "topas.engines.sglang.client.backend:run_sglang"),
+                      "topas.engines.sglang.client.backend:run_sglang",
+                      check_options="topas.engines.sglang.client.backend_config:check_config"),
 }
 
 
@@ -158,6 +160,9 @@ def validate(cfg: DictConfig) -> dict[str, Any]:
     schema = backend_part(backend, "schema")
     out["backend"] = validate_group(cfg, "backend", schema)
     check_group_ranges(out["backend"], "backend", getattr(schema, "RANGES", {}))
+    check_options = backend_part(backend, "check_options")
+    if check_options is not None:  # checked with the rest, before a run folder exists (not when the engine starts)
+        check_options(out["backend"])
     from topas.workloads.config import WorkloadConfig  # the workload schema lives with the generators
 
     try:

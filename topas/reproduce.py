@@ -8,12 +8,15 @@ grid, then regenerate the tables, figures and claim verdicts (analysis/report.py
     python -m topas.reproduce --grid real --backend sglang --dry-run   # the plan (runs per GPU) and its estimated time
     python -m topas.reproduce gpu=h100_80gb hydra/launcher=slurm   # Hydra overrides reach every run
     python -m topas.reproduce --wandb offline  # log every run to W&B (one group per experiment) + a report run
+    python -m topas.reproduce --experiments main motivation -- seed=0   # overrides after `--experiments`: after `--`
 
 Every grid is a conf/experiment config (`grid_config`): `<exp>.yaml` the full grid (10 seeds, 200
 tasks), `<exp>_quick.yaml` / `<exp>_default.yaml` the reduced ones, `main_real.yaml` the real-engine
 grid, `main_quick_real.yaml` / `main_quick_cpu.yaml` a real engine's quick grid with / without a GPU.
 `python run.py -m +experiment=main_quick` runs one of them alone.
 
+Every override value of every experiment is checked (as each run checks itself) before the first
+run, and for `--dry-run`: bad input is one `error:` line and status 2, with nothing run or written.
 Sweeps are resumable: a complete run folder (same code and config) is skipped. A failed point
 is recorded in its folder (error.txt) and in the sweep's manifest and does not stop the sweep.
 The exit status is non-zero when any run failed or is missing (killed, aborted sweep); the
@@ -39,7 +42,6 @@ is logged from its folder unless it already holds a W&B run), and the report log
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -197,30 +199,20 @@ def _placement(a, plans: dict, gpus: list[str], write) -> dict:
 
 
 def main() -> None:
-    from topas.errors import one_line
-    from topas.sweep import expand, run_sweep, status_counts
+    try:
+        _main()
+    except KeyboardInterrupt:
+        print("error: interrupted (Ctrl-C); every run stopped; runs that finished are kept and a rerun resumes",
+              file=sys.stderr)
+        raise SystemExit(130) from None
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--grid", choices=["quick", "default", "full", "real"], default="default",
-                    help="each a conf/experiment config per experiment (grid_config); real: the real-engine grid "
-                         "(conf/experiment/main_real.yaml)")
-    ap.add_argument("--jobs", type=int, default=None,
-                    help="local worker processes (default: one per core on the simulator; on a real engine one "
-                         "per GPU group, this caps it)")
-    ap.add_argument("--backend", default="sim")
-    ap.add_argument("--experiments", nargs="*", default=None,
-                    help="default: every experiment (simulator), the real-engine set (other backends)")
-    ap.add_argument("--out", default=None,
-                    help="results folder (default analysis/results[/<grid>]; real engines analysis/results/<backend>/<grid>)")
-    ap.add_argument("--skip-runs", action="store_true", help="only regenerate tables and figures")
-    ap.add_argument("--runs", default=str(ROOT / "runs"), help="the runs folder (default runs/)")
-    ap.add_argument("--dry-run", action="store_true",
-                    help="print the plan (runs per GPU or worker) and its estimated real time; run nothing")
-    ap.add_argument("--wandb", choices=["offline", "online"], default=None,
-                    help="log every run to W&B (group = experiment) and one report run with every figure and table; "
-                         "offline runs: upload with `wandb sync`")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides for every run (gpu=..., hydra/launcher=slurm, ...)")
-    a = ap.parse_args()
+
+def _main() -> None:
+    from topas.errors import one_line
+    from topas.reproduce_args import check_args, parse_args
+    from topas.sweep import check_jobs, expand, run_sweep, status_counts, write_plan
+
+    a = parse_args(__doc__, ROOT / "runs")
     real = a.backend != "sim"
     experiments = a.experiments if a.experiments is not None else default_experiments(a.grid, a.backend)
     if a.out:
@@ -230,6 +222,10 @@ def main() -> None:
     else:
         out = ROOT / "analysis" / "results" / ("" if a.grid == "default" else a.grid)
     runs = Path(a.runs).resolve()
+    problem = check_args(a, runs, out, {e: experiment_name(e, a.grid, a.backend) for e in EXPERIMENTS})
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
     log_dir = runs / "logs"
     start = time.time()
     incomplete = False
@@ -251,8 +247,11 @@ def main() -> None:
             try:
                 ov = sweep_overrides(exp, a.grid, a.backend, extra, runs, a.wandb, cpu=cpu)
                 plans[exp] = (ov, expand(ov))
+                check_jobs(plans[exp][1])  # every override value, as each run checks it: before anything runs
             except Exception as e:  # noqa: BLE001 - a bad override or backend: nothing has run yet
-                print(f"error: experiment {exp}: {one_line(e)}", file=sys.stderr)
+                from topas.sweep import explain
+
+                print(f"error: experiment {exp}: {explain(e, extra)}", file=sys.stderr)
                 raise SystemExit(2) from None
         total = sum(len(jobs) for _, jobs in plans.values())
         if placed_here:
@@ -281,8 +280,7 @@ def main() -> None:
             for exp, (ov, jobs) in plans.items():
                 name = experiment_name(exp, a.grid, a.backend)
                 exp_dir = runs / name
-                exp_dir.mkdir(parents=True, exist_ok=True)
-                (exp_dir / "sweep_plan.json").write_text(json.dumps(jobs))
+                write_plan(exp_dir, jobs)  # the experiment's last sweep: what the report reads
                 t0 = time.time()
                 if placed_here:
                     from topas.placement import run_placed
@@ -303,9 +301,13 @@ def main() -> None:
     from analysis.report import report
 
     names = {e: experiment_name(e, a.grid, a.backend) for e in EXPERIMENTS}
-    _, failed = report(names, out, runs_root=runs, wandb_mode=a.wandb)
-    if real:
-        _real_vs_sim(runs / names["main"], out)
+    try:
+        _, failed = report(names, out, runs_root=runs, wandb_mode=a.wandb)
+        if real:
+            _real_vs_sim(runs / names["main"], out)
+    except (OSError, ValueError) as e:  # a full disk, a damaged file: one line naming it
+        print(f"error: writing the report to {out}: {one_line(e, out)}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(f"total {time.time() - start:.0f} s; results in {out}")
     if incomplete or len(failed):
         print(f"error: {len(failed)} run(s) failed or are missing; the tables are incomplete ({out / 'failed_runs.md'})",

@@ -9,8 +9,8 @@ tasks.parquet, requests.parquet, timeline.parquet
     the columns of `TASKS`, `REQUESTS`, `TIMELINE` (one row per task, per call, per engine
     iteration or decode stretch), in that order
 summary.json (written last: the completion marker)
-    see `summarize`; also the run's fingerprint (code + config) and `files`, the digest of
-    every other output, checked by `is_complete`.
+    see `summarize`; also the run's fingerprint (code + config), `files`, the digest of
+    every other output, and `digest`, its own (`summary_digest`), both checked by `is_complete`.
 """
 
 from __future__ import annotations
@@ -239,8 +239,15 @@ def write_run(out_dir: str | Path, rec: RunRecord, summary: dict[str, Any], conf
     _atomic_write(out / "requests.parquet", lambda p: rec.requests.to_parquet(p, index=False))
     _atomic_write(out / "timeline.parquet", lambda p: rec.timeline.to_parquet(p, index=False))
     summary = {**summary, "files": {f: file_digest(out / f) for f in OUTPUT_FILES if f != "summary.json"}}
+    summary["digest"] = summary_digest(summary)
     _atomic_write(out / "summary.json", lambda p: Path(p).write_text(json.dumps(summary, indent=2, sort_keys=True)))
     return out
+
+
+def summary_digest(summary: dict[str, Any]) -> str:
+    """The digest of a summary's own content (every key but `digest`): a hand edit is detected."""
+    body = json.dumps({k: v for k, v in summary.items() if k != "digest"}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 def clear_outcome(out_dir: str | Path) -> None:
@@ -261,6 +268,8 @@ def incomplete_reason(out_dir: str | Path, fingerprint: str | None = None) -> st
         return f"{out / 'summary.json'} is unreadable ({type(e).__name__})"
     if not isinstance(summary, dict):
         return f"{out / 'summary.json'} is not a JSON object"
+    if summary.get("digest") != summary_digest(summary):
+        return f"{out / 'summary.json'} does not match its own digest (edited, corrupt, or written by an older version)"
     if fingerprint is not None and summary.get("fingerprint") != fingerprint:
         return f"{out} was made by other code or another config"
     for f, digest in (summary.get("files") or {f: None for f in OUTPUT_FILES if f != "summary.json"}).items():

@@ -13,6 +13,10 @@ only, a change to a baseline the baseline runs only. This holds because no polic
 another (tests/test_run_identity.py checks the imports); the engines, workloads and policy API are
 shared and in every run's fingerprint.
 
+A run's identity also covers the content of every file it reads (`input_files`: a replayed trace,
+a measured latency profile, the capacity files a `load` is read from), so a file edited in place
+re-runs the runs that read it although its path, and so the folder, stay the same.
+
 The resolvers below are used by conf/config.yaml (registered on import).
 """
 
@@ -69,12 +73,47 @@ def policy_package(scheduler: str) -> str | None:
     return next((m for m in POLICY_PACKAGES if module == m or module.startswith(m + ".")), None)
 
 
+def input_files(config: Mapping[str, Any]) -> list[Path]:
+    """The files a run reads besides the code: a `trace` workload's file, a latency profile, and the
+    capacity files (topas.workloads.capacity) when `workload.load` sets the rate."""
+    import os
+
+    w, b = config.get("workload") or {}, config.get("backend") or {}
+    files = []
+    if w.get("generator") == "trace" and isinstance((w.get("params") or {}).get("path"), str):
+        files.append(Path(os.path.expanduser(w["params"]["path"])))
+    if isinstance(b.get("latency_profile"), str) and b.get("latency") in (None, "profile"):
+        files.append(Path(os.path.expanduser(b["latency_profile"])))
+    if w.get("load") is not None and w.get("arrival_rate") is None:
+        from topas.workloads.capacity import CAPACITY_FILE, capacity_file
+
+        model, gpu = (config.get("model") or {}).get("name"), (config.get("gpu") or {}).get("name")
+        files += [CAPACITY_FILE] + ([capacity_file(model, gpu)] if model and gpu else [])
+    return files
+
+
+def content_digest(files: list[Path]) -> str:
+    """Digest of the files' content (a missing or unreadable file counts as such, not as an error:
+    validation reports it)."""
+    h = hashlib.sha256()
+    for f in files:
+        try:
+            h.update(f"{f}\0".encode() + hashlib.sha256(f.read_bytes()).digest())
+        except OSError as e:
+            h.update(f"{f}\0{type(e).__name__}".encode())
+    return h.hexdigest()
+
+
 def run_fingerprint(config: Mapping[str, Any]) -> str:
-    """Code fingerprint (scoped to the run's policy package) + config hash: a complete folder with another
-    fingerprint is re-run."""
+    """Code fingerprint (scoped to the run's policy package) + config hash + the content of the files it reads:
+    a complete folder with another fingerprint is re-run."""
     scheduler = (config.get("scheduler") or {}).get("name")
     package = policy_package(scheduler) if isinstance(scheduler, str) else None
-    return hashlib.sha256(f"{code_fingerprint(package)}|{config_hash(config, 64)}".encode()).hexdigest()[:16]
+    key = f"{code_fingerprint(package)}|{config_hash(config, 64)}"
+    files = input_files(config)
+    if files:  # runs that read no file keep the fingerprint they always had
+        key += f"|{content_digest(files)}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def _number(x: Any) -> float | None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,13 @@ def prepare(cfg: DictConfig) -> RunPlan:
     return plan
 
 
+def output_path(value: Any, key: str = "hydra.run.dir") -> Path:
+    """A configured output folder as a path; an empty one (it would be the working folder) is an error."""
+    if value is None or not str(value).strip():
+        raise ConfigError(f"{key} is empty: give the run's folder (an empty one would be the working folder)")
+    return Path(str(value))
+
+
 def check_output_dir(out: Path) -> None:
     """The run folder can be created and written (checked before a run, not after it)."""
     p = out
@@ -121,13 +129,64 @@ def check_output_dir(out: Path) -> None:
         raise ConfigError(f"output folder {out}: {p} is not writable")
 
 
+class RunFolderBusy(ConfigError):
+    """Another run holds the run folder's lock."""
+
+
+_LOCKS: dict[Path, list[int]] = {}  # run folder -> [lock file descriptor, depth] held by this process
+LOCK_FILE = ".lock"
+
+
+@contextmanager
+def run_lock(out: Path, wait: bool = False) -> Iterator[None]:
+    """Hold the run folder's lock (`.lock` in it) while a run writes there, creating the folder (only
+    now, after validation). A second run into a held folder stops with a one-line RunFolderBusy, or
+    with `wait` (a sweep job) waits for the first: two runs never write over each other. Re-entrant
+    within a process (run.py takes it before Hydra writes into the folder, `run` again)."""
+    import fcntl
+
+    check_output_dir(out)
+    key = out.resolve()
+    if key in _LOCKS:
+        _LOCKS[key][1] += 1
+    else:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise ConfigError(f"output folder {out}: cannot create it ({e.strerror or e})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            if not wait:
+                os.close(fd)
+                raise RunFolderBusy(f"output folder {out} is in use by another run (pid {holder}); wait for it to "
+                                    "end or give this run another folder (hydra.run.dir=...)") from None
+            log.info(f"waiting for {out}: in use by another run (pid {holder})")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _LOCKS[key] = [fd, 1]
+    try:
+        yield
+    finally:
+        _LOCKS[key][1] -= 1
+        if _LOCKS[key][1] == 0:
+            os.close(_LOCKS.pop(key)[0])  # closing the descriptor releases the lock
+
+
 def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False) -> tuple[Path, dict[str, Any]]:
-    """Execute one configured run and write its folder. Returns (folder, summary)."""
+    """Execute one configured run and write its folder (under its lock). Returns (folder, summary)."""
+    plan = prepare(cfg)
+    out = output_path(out_dir, "out_dir") if out_dir is not None else output_path(cfg.out_dir, "out_dir")
+    with run_lock(out):
+        return _run(cfg, plan, out, quiet)
+
+
+def _run(cfg: DictConfig, plan: RunPlan, out: Path, quiet: bool) -> tuple[Path, dict[str, Any]]:
     from topas.results import clear_outcome
 
-    plan = prepare(cfg)
-    out = Path(out_dir if out_dir is not None else cfg.out_dir)
-    check_output_dir(out)
     clear_outcome(out)  # a rerun is incomplete (and not failed) until it ends
     sched, w = plan.groups["scheduler"], plan.groups["workload"]
     bar = tqdm(total=len(plan.trace.tasks), desc=f"{sched.name}/{w.name}", unit="task", leave=False,

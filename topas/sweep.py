@@ -5,7 +5,12 @@
   one sweep value (a comma list, `range(...)`, or `glob(...)` over a config group such as
   conf/scheduler, e.g. the main grid's `scheduler: glob(*,exclude=[*_base,*_no_*])`).
 - Every job appends its outcome (ok, cached, failed) to the sweep's manifest (`sweep_manifest`,
-  a JSON-lines file); a job that never reports (a killed worker, an aborted sweep) is missing.
+  a JSON-lines file, run folders relative to its own folder, so a runs folder can be copied or
+  moved); a job that never reports (a killed worker, an aborted sweep) is missing, unless its
+  folder (found by Hydra's `.hydra/overrides.yaml`) holds a complete run.
+- The sweep's plan (`sweep_plan.json`: its jobs, no paths) is what the report reads: one plan per
+  sweep folder. A hand-made multirun (`run.py -m`) writes it too and refuses another plan there
+  (`claim_plan`); `check_jobs` validates a plan's overrides before anything runs.
 - `run_sweep` starts one multirun, shows progress from the manifest, and returns one row per
   expected job with its status, so a driver can tell complete from incomplete.
 
@@ -27,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from topas.errors import one_line
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = str(ROOT / "conf")
@@ -75,6 +82,15 @@ def expand(overrides: Sequence[str]) -> list[list[str]]:
         return BasicSweeper.split_arguments(parser.parse_overrides(params + task), None)[0]
 
 
+def sweep_dir_of(overrides: Sequence[str]) -> str:
+    """The folder a multirun of `overrides` writes to (`hydra.sweep.dir`, as composed)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    fixed = [o for o, p in zip(overrides, OverridesParser.create().parse_overrides(list(overrides)))
+             if not p.is_sweep_override()]
+    return str(compose_config(fixed, hydra_config=True).hydra.sweep.dir)
+
+
 def sweep_choices(key: str, value: Any) -> list[str]:
     """The values one sweep gives `key`, as the multirun launches them: `value` is a sweep
     list (`a,b,c`), a `range(...)`, a `glob(...)` over the config group `key` (its
@@ -89,42 +105,189 @@ def job_key(overrides: Sequence[str]) -> str:
     return " ".join(o for o in overrides if not o.startswith("sweep_manifest="))
 
 
+def manifest_override(manifest: Path) -> str:
+    """The `sweep_manifest=` override of a sweep's jobs, quoted (Hydra's grammar: any path may appear)."""
+    return "sweep_manifest='" + str(manifest).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def record_outcome(manifest: str | None, overrides: Sequence[str], out_dir: Path, status: str, error: str = "") -> None:
-    """Append one job's outcome to the manifest (one short line: an atomic append)."""
+    """Append one job's outcome to the manifest (one short line: an atomic append); the run folder relative to
+    the manifest's folder."""
     if not manifest:
         return
-    line = json.dumps({"job": job_key(overrides), "run_dir": str(out_dir), "status": status, "error": error,
+    run_dir = os.path.relpath(Path(out_dir).absolute(), Path(manifest).absolute().parent)
+    line = json.dumps({"job": job_key(overrides), "run_dir": run_dir, "status": status, "error": error,
                        "time": time.time()})
     with open(manifest, "a", encoding="utf-8") as f:
         f.write(line + "\n")
 
 
-def read_manifest(path: str | Path) -> pd.DataFrame:
-    """The last reported outcome per job (columns job, run_dir, status, error)."""
+def read_manifest(path: str | Path, since: float | None = None) -> pd.DataFrame:
+    """The last reported outcome per job (columns job, run_dir, status, error, time; run_dir absolute), of
+    the outcomes reported at `since` or later."""
     rows = []
     p = Path(path)
     if p.exists():
         for ln in p.read_text(encoding="utf-8").splitlines():
             try:
-                rows.append(json.loads(ln))
-            except ValueError:
+                row = json.loads(ln)
+                row["run_dir"] = str(p.absolute().parent / row["run_dir"])  # an old absolute path stays as it is
+            except (ValueError, TypeError, KeyError):
                 continue  # a line cut by a killed writer
+            if since is None or row.get("time", 0) >= since:
+                rows.append(row)
     df = pd.DataFrame(rows, columns=["job", "run_dir", "status", "error", "time"])
     return df.drop_duplicates("job", keep="last").reset_index(drop=True)
 
 
-def outcomes(expected: Sequence[Sequence[str]], manifest: str | Path) -> pd.DataFrame:
-    """One row per expected job: its reported outcome, or status 'missing'."""
-    got = read_manifest(manifest).set_index("job")
-    rows = []
+def _folders_by_job(root: Path) -> dict[str, Path]:
+    """Run folders under `root` by the job whose overrides Hydra recorded there (.hydra/overrides.yaml)."""
+    import yaml
+
+    found = {}
+    for f in root.glob("**/.hydra/overrides.yaml"):
+        try:
+            found[job_key([str(o) for o in yaml.safe_load(f.read_text()) or []])] = f.parent.parent
+        except (OSError, ValueError, TypeError, yaml.YAMLError):
+            continue
+    return found
+
+
+def outcomes(expected: Sequence[Sequence[str]], manifest: str | Path, since: float | None = None) -> pd.DataFrame:
+    """One row per expected job: its reported outcome; else, when its folder holds a complete run, 'ok';
+    else 'missing'."""
+    from topas.results import incomplete_reason
+
+    got = read_manifest(manifest, since).set_index("job")
+    rows, folders = [], None
     for ov in expected:
         k = job_key(ov)
         if k in got.index:
             r = got.loc[k]
             rows.append({"job": k, "run_dir": r["run_dir"], "status": r["status"], "error": r["error"]})
+            continue
+        folders = _folders_by_job(Path(manifest).absolute().parent) if folders is None else folders
+        d = folders.get(k)
+        reason = incomplete_reason(d) if d is not None else None
+        if d is not None and reason is None:
+            rows.append({"job": k, "run_dir": str(d), "status": "ok", "error": ""})
         else:
-            rows.append({"job": k, "run_dir": "", "status": "missing", "error": "no outcome reported (killed or aborted)"})
+            where = f"; its folder is incomplete: {reason}" if d is not None else ""
+            rows.append({"job": k, "run_dir": str(d or ""), "status": "missing",
+                         "error": f"no outcome in {Path(manifest).name} (killed or aborted){where}"})
     return pd.DataFrame(rows, columns=["job", "run_dir", "status", "error"])
+
+
+PLAN_FILE, MANIFEST_FILE = "sweep_plan.json", "sweep_manifest.jsonl"
+PLAN_FORMAT = "topas-sweep-plan"
+
+
+def write_plan(sweep_dir: Path, jobs: Sequence[Sequence[str]]) -> Path:
+    """The sweep's plan: its jobs' overrides (no paths: the folder can be copied or moved)."""
+    from topas.results import _atomic_write
+
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"format": PLAN_FORMAT, "version": 2, "jobs": [list(j) for j in jobs]})
+    _atomic_write(sweep_dir / PLAN_FILE, lambda p: Path(p).write_text(text))
+    return sweep_dir / PLAN_FILE
+
+
+def read_plan(path: Path) -> list[list[str]]:
+    """A sweep plan's jobs; a ValueError naming the file when it is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable sweep plan ({one_line(e)}); delete it and run the sweep again") from None
+    jobs = data.get("jobs") if isinstance(data, dict) and data.get("format") == PLAN_FORMAT else data
+    if not isinstance(jobs, list) or not all(isinstance(j, list) and all(isinstance(o, str) for o in j) for j in jobs):
+        raise ValueError(f"{path}: not a sweep plan (expected a list of jobs' overrides); delete it and run the sweep again")
+    return jobs
+
+
+def claim_plan(sweep_dir: Path, jobs: Sequence[Sequence[str]]) -> None:
+    """A hand-made multirun's plan: written, or the same as the one already there (a resume); another plan
+    there is a one-line error, so the report never mixes two sweeps' runs."""
+    from topas.config import ConfigError
+
+    plan = sweep_dir / PLAN_FILE
+    if plan.exists():
+        try:
+            old = read_plan(plan)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        old_keys, new_keys = {job_key(j) for j in old}, [job_key(j) for j in jobs]
+        if old_keys != set(new_keys):
+            other = next((k for k in new_keys if k not in old_keys), None)
+            what = f"'{other}' is not in it" if other else f"it also plans '{sorted(old_keys - set(new_keys))[0]}'"
+            raise ConfigError(f"{sweep_dir} holds another sweep ({PLAN_FILE}: {what}); give this one its own "
+                              f"experiment_name=... or hydra.sweep.dir=..., or delete {plan} to replace that sweep")
+    write_plan(sweep_dir, jobs)
+
+
+def covering_jobs(jobs: Sequence[Sequence[str]]) -> list[list[str]]:
+    """Jobs that together use every override value of `jobs` (a few per sweep list, not their product)."""
+    seen: set[str] = set()
+    chosen = []
+    for j in jobs:
+        if not set(j) <= seen:
+            chosen.append(list(j))
+            seen |= set(j)
+    return chosen
+
+
+def explain(e: BaseException, overrides: Sequence[str]) -> str:
+    """One line for a failure to compose or validate `overrides`: Hydra's "Could not override 'k'" becomes
+    the unknown key and the keys that exist beside it."""
+    import re
+
+    from topas.errors import GRAMMAR, unreadable_override
+
+    if GRAMMAR.search(str(e)):  # name the override Hydra's grammar cannot read
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        for o in overrides:
+            try:
+                OverridesParser.create().parse_overrides([o])
+            except Exception:  # noqa: BLE001 - this one
+                return unreadable_override(o)
+    m = re.search(r"Could not override '([^']+)'", str(e))
+    if not m:
+        return one_line(e)
+    key = m.group(1)
+    parent = key.rpartition(".")[0]
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        cfg = compose_config([o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key])
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        known = f"; {parent or 'the top level'} has: {', '.join(map(str, node.keys()))}" if isinstance(node, DictConfig) else ""
+    except Exception:  # noqa: BLE001 - the hint is optional
+        known = ""
+    return f"{key}: no such key in the config{known} (a new key takes a leading +: +{key}=...)"
+
+
+def check_jobs(jobs: Sequence[Sequence[str]]) -> None:
+    """Validate a sweep's jobs before any runs, as each run validates itself (topas.runner.prepare): every
+    override value, composed in `covering_jobs`. A ConfigError (one line naming the key and the sweep point)
+    on the first bad one."""
+    from hydra import compose, initialize_config_dir
+
+    from topas.config import ConfigError
+    from topas.runner import prepare
+
+    common = set.intersection(*(set(j) for j in jobs)) if jobs else set()
+    failed = None
+    with initialize_config_dir(version_base=None, config_dir=CONF_DIR):
+        for job in covering_jobs(jobs):
+            try:
+                prepare(compose(config_name="config", overrides=list(job)))
+            except Exception as e:  # noqa: BLE001 - any failure here is the overrides'
+                failed = (e, job)
+                break
+    if failed:
+        e, job = failed
+        point = " ".join(o for o in job if o not in common and not o.startswith("sweep_manifest="))
+        raise ConfigError(f"{explain(e, job)}{f' (sweep point {point})' if point and len(jobs) > 1 else ''}")
 
 
 def _count_lines(path: Path) -> int:
@@ -165,7 +328,7 @@ def run_sweep(overrides: Sequence[str], manifest: Path, log_file: Path, jobs: in
     # each job composes its own config in its worker: skip Hydra's serial up-front composition of every job
     # (hydra_plugins/topas_sweeper); the driver has checked its overrides, a job that fails is recorded
     sweeper = [] if any(o.startswith(("hydra/sweeper=", "+hydra/sweeper=")) for o in overrides) else ["hydra/sweeper=unchecked_basic"]
-    cmd = [sys.executable, str(ROOT / "run.py"), "-m", *overrides, *launcher, *sweeper, f"sweep_manifest={manifest}"]
+    cmd = [sys.executable, str(ROOT / "run.py"), "-m", *overrides, *launcher, *sweeper, manifest_override(manifest)]
     env = {**os.environ, "TOPAS_WATCH_PARENT": "1"}
     with open(log_file, "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -100,16 +100,26 @@ def config_tag(row: pd.Series, keys: list[str]) -> str:
 def main() -> None:
     from tqdm import tqdm
 
-    from topas.sweep import expand, outcomes, run_sweep, summaries
+    from topas.reproduce_args import OneLineParser, positive
+    from topas.sweep import check_jobs, expand, explain, outcomes, run_sweep, summaries
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--schedulers", nargs="*", default=list(GRIDS), help="run these (the tables cover every scheduler run so far)")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--jobs", type=positive, default=os.cpu_count() or 1)
     ap.add_argument("--runs", default=str(ROOT / "runs"))
     a = ap.parse_args()
     runs = Path(a.runs).resolve()
     manifest = {s: runs / "tuning" / f"sweep_manifest_{s}.jsonl" for s in GRIDS}
     jobs = {s: expand(sweep_overrides(s, runs)) for s in GRIDS}
+    unknown = sorted(set(a.schedulers) - set(GRIDS))
+    if unknown or not a.schedulers:
+        ap.error(f"--schedulers: {'unknown ' + ', '.join(unknown) if unknown else 'names none'}; tuned: {', '.join(GRIDS)}")
+    for s in a.schedulers:  # every grid value, as each run checks it, before the first run
+        try:
+            check_jobs(jobs[s])
+        except ValueError as e:
+            print(f"error: tuning {s}: {explain(e, [])}", file=sys.stderr)
+            raise SystemExit(2) from None
     with tqdm(total=sum(len(jobs[s]) for s in a.schedulers), desc="tuning", unit="run") as bar:
         for s in a.schedulers:
             run_sweep(sweep_overrides(s, runs), manifest[s], runs / "logs" / f"tuning_{s}.log", a.jobs, bar.update, jobs[s])

@@ -26,5 +26,5 @@ class TopasParams:
         from topas.checks import check_ranges  # a RangeError names the field (scheduler.params.<field> at start)
 
         check_ranges(self, h_age="> 0", M=">= 0", K="> 0", beta=">= 0", rho=">= 0", preempt_margin=">= 0",
-                     overdue_factor=">= 0", consolidate_share=">= 0", tie_temperature=">= 0", wait_ewma="in [0, 1]",
+                     overdue_factor=">= 0", consolidate_share=">= 0", tie_temperature=">= 0", wait_ewma="in (0, 1]",
                      prior_output_tokens="> 0")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+import topas.run_identity  # noqa: F401  (registers the resolvers a workload config uses: rate_unless_load)
 from topas.workloads import build_trace, dump_trace
 from topas.workloads.capacity import CAPACITY_FILE, capacity_of, load_capacity
 from topas.workloads.config import WorkloadConfig

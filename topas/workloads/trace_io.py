@@ -118,8 +118,8 @@ class _Where:
 
 
 def _int(where: _Where, what: str, v: Any, positive: bool = True) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or (positive and v <= 0):
-        raise where.err(f"{what} must be a {'positive ' if positive else ''}integer, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int) or v < (1 if positive else 0):
+        raise where.err(f"{what} must be a {'positive' if positive else 'non-negative'} integer, got {v!r}")
     return v
 
 

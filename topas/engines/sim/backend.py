@@ -51,17 +51,14 @@ def _client_path(configured: dict[str, float] | None, latency: Any) -> ClientPat
 def _shared_latency(kind: str, model: Any, gpu: Any) -> Any:
     """A latency model built from the specs alone, shared by the runs of one process (a sweep worker runs
     many): its predictions are pure memos of their inputs, and its tables take ~0.1 s to build."""
-    latency = build_latency_model(kind, model, gpu)
-    latency.decode(1, 1), latency.prefill([(1, 0)])  # build lazy tables now, not inside the first timed decision
-    return latency
+    return _latency_model(kind, None, model, gpu)
 
 
 def run_sim(ctx: Any) -> tuple[RunRecord, float]:
     """One run (a RunContext): the record and the wall seconds of the engine loop."""
     b, model, gpu = ctx.backend, ctx.model, ctx.gpu
-    if b.latency == "profile":
-        latency = build_latency_model(b.latency, model, gpu, path=b.latency_profile)
-        latency.decode(1, 1), latency.prefill([(1, 0)])  # build lazy tables now, not inside the first timed decision
+    if b.latency == "profile":  # a measured file: built per run (its content may change between runs)
+        latency = _latency_model(b.latency, b.latency_profile, model, gpu)
     else:
         latency = _shared_latency(b.latency, model, gpu)
     ecfg = engine_config(b, model, gpu, latency)
@@ -71,6 +68,25 @@ def run_sim(ctx: Any) -> tuple[RunRecord, float]:
     return sim_record(engine, ctx.warmup_fraction), engine.stats.wall_s
 
 
+def _latency_model(kind: str, profile: str | None, model: ModelSpec, gpu: GpuSpec) -> Any:
+    latency = build_latency_model(kind, model, gpu, **({"path": profile} if kind == "profile" else {}))
+    latency.decode(1, 1), latency.prefill([(1, 0)])  # build lazy tables now, not inside the first timed decision
+    return latency
+
+
+@lru_cache(maxsize=32)
+def _check_latency(kind: str, profile: str | None, model: ModelSpec, gpu: GpuSpec) -> None:
+    """The predictor builds and answers for this model and GPU (once per process for each)."""
+    try:
+        _latency_model(kind, profile, model, gpu)
+    except Exception as e:  # noqa: BLE001 - an unknown kind, a bad profile, no data for the model: the config's
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"backend.latency={kind} cannot predict {model.name} on {gpu.name}: {first}") from None
+
+
 def check_sim(plan: Any) -> None:
-    """A call that can never fit the simulated pool is a ConfigError before the run (a RunPlan), not a stall."""
-    check_engine_fits(plan.trace, engine_config(plan.groups["backend"], plan.model, plan.gpu))
+    """Before the run (a RunPlan), a ConfigError for a latency predictor that cannot serve the model and GPU,
+    and for a call that can never fit the simulated pool (not a stall)."""
+    b = plan.groups["backend"]
+    _check_latency(b.latency, b.latency_profile, plan.model, plan.gpu)
+    check_engine_fits(plan.trace, engine_config(b, plan.model, plan.gpu))
