@@ -138,6 +138,9 @@ def run(cfg: DictConfig, out_dir: str | Path | None = None, quiet: bool = False)
         record, wall = backend_runner(plan.groups["backend"].name)(ctx)
     finally:
         bar.close()
+    from topas.bound import add_bounds
+
+    record = add_bounds(record, plan.groups["backend"], plan.model, plan.gpu, plan.trace)  # after the run: changes no simulated number
     summary = summarize(record, wall)
     summary.update(
         scheduler=sched.name,
