@@ -198,6 +198,7 @@ def _placement(a, plans: dict, gpus: list[str], write) -> dict:
 
 def main() -> None:
     from topas.errors import one_line
+    from topas.launchers import jobs_overrides, name_missing
     from topas.sweep import expand, run_sweep, status_counts
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -250,6 +251,7 @@ def main() -> None:
         for exp in experiments:
             try:
                 ov = sweep_overrides(exp, a.grid, a.backend, extra, runs, a.wandb, cpu=cpu)
+                ov += jobs_overrides(launcher, a.jobs, ov) if launcher else []  # --jobs applied to the user's launcher
                 plans[exp] = (ov, expand(ov))
             except Exception as e:  # noqa: BLE001 - a bad override or backend: nothing has run yet
                 print(f"error: experiment {exp}: {one_line(e)}", file=sys.stderr)
@@ -300,6 +302,7 @@ def main() -> None:
                 note = "" if not bad and rc == 0 else f"  INCOMPLETE (sweep exit {rc}; see {log_dir / (name + '*.log')})"
                 bar.write(f"  {exp:11s} {time.time() - t0:7.1f} s  {len(df)} runs: {c['ok']} ok, {c['cached']} cached, "
                           f"{c['failed']} failed, {c['missing']} missing{note}")
+                name_missing(df, rc, log_dir / f"{name}.log", exp_dir / "sweep_manifest.jsonl", bar.write)  # the errors, named
     from analysis.report import report
 
     names = {e: experiment_name(e, a.grid, a.backend) for e in EXPERIMENTS}
