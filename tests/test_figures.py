@@ -158,3 +158,22 @@ def test_report_end_to_end_on_a_small_run_set(tmp_path_factory, tmp_path):
     main = (out / "main_jct.md").read_text()
     assert "x bound (mean)" in main and "x bound (p99)" in main and "| n/a " not in main.split("x bound (p99)")[1]
     assert "x bound" in (out / "breakdown.md").read_text()
+
+
+def test_the_fidelity_figure_uses_the_scheduler_colours_and_names(tmp_path):
+    from analysis.figures_fidelity import fidelity_jct
+
+    def folder(name, jct):
+        (tmp_path / name).mkdir()
+        pd.DataFrame({"task_id": [0, 1, 2], "jct": jct}).to_parquet(tmp_path / name / "tasks.parquet")
+        return str(tmp_path / name)
+
+    cells = [{"workload": "dag4", "scheduler": s, "arrival_rate": 2.0, "num_tasks": 3,
+              "real_dirs": [folder(f"{s}_real", [1.0, 2.0, 3.0])], "sim_dir": folder(f"{s}_sim", [0.9, 2.1, 2.8]),
+              "sim_scaled_dirs": [folder(f"{s}_scaled", [1.0, 2.0, 3.1])]} for s in ("fcfs", "topas")]
+    fig = fidelity_jct({"cells": cells})
+    assert fig.axes[0].get_title() == "DAG-4: JCT per task"
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels[:2] == ["FCFS", "TOPAS"]
+    colours = {matplotlib.colors.to_hex(c.get_facecolor()[0]) for c in fig.axes[0].collections}
+    assert {matplotlib.colors.to_hex(style.color(s)) for s in ("fcfs", "topas")} <= colours
