@@ -170,10 +170,22 @@ def _symlog_axis(ax, lo: float, hi: float) -> None:
     ax.set_xscale("symlog", linthresh=10, linscale=0.5)  # 0-10%, 10-20%, 20-50%: about the same width
     pad = lambda v: v * 1.4 if abs(v) > 10 else v + 4 * (1 if v > 0 else -1)
     ax.set_xlim(pad(lo), pad(hi))
-    narrow = max(-lo, hi) <= 20  # ±10% ticks only where there is room for them
-    ax.xaxis.set_major_locator(FixedLocator([t for t in CHANGE_TICKS if pad(lo) <= t <= pad(hi) and (narrow or abs(t) != 10)]))
+    ax.xaxis.set_major_locator(FixedLocator(_spaced(ax, [t for t in CHANGE_TICKS if pad(lo) <= t <= pad(hi)])))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:+.0f}%" if v else "0"))
     ax.xaxis.set_minor_locator(FixedLocator([]))
+
+
+def _spaced(ax, ticks: list[float], parts: int = 5) -> list[float]:
+    """The ticks at least 1/`parts` of the axis apart (in its scale), 0 always kept: readable labels."""
+    tr = ax.xaxis.get_transform().transform
+    lo, hi = tr(np.array(ax.get_xlim(), dtype=float))
+    gap = (hi - lo) / parts
+    pos = dict(zip(ticks, tr(np.array(ticks, dtype=float))))
+    kept = [0.0] if 0.0 in pos else []
+    for t in sorted(ticks, key=abs):  # outwards from 0
+        if all(abs(pos[t] - pos[k]) >= gap for k in kept):
+            kept.append(t)
+    return sorted(kept)
 
 
 def main_jct(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure | None:

@@ -16,7 +16,7 @@ from analysis.display import claim_title
 from analysis.figures import finish, new_figure
 from analysis.tables import MAGNITUDE, MIN_SEEDS, headline
 
-VERDICT_COLORS = {"reproduced": "#1a9850", "direction only": "#91bfdb", "inconclusive": "#7f7f7f",
+VERDICT_COLORS = {"reproduced": "#1a9850", "direction only": "#4575b4", "inconclusive": "#7f7f7f",
                   "contradicted": "#d73027"}
 SCALE = {"change": 100.0, "share": 100.0, "ms": 1.0, "ratio": 1.0}
 XLABEL = {"change": "TOPAS vs baseline (%)", "share": "% of run time", "ms": "ms per decision", "ratio": "ratio"}
