@@ -5,13 +5,13 @@ Figures are built with the object API, not pyplot: nothing global is left open, 
 saves them, and a notebook shows the returned figure once (no double display).
 Every figure: a fixed colour and marker per scheduler (analysis/style.py), means with the
 tables' 95% Student-t CI (analysis.tables.ci95, never a bootstrap), the paper's published
-values in black labelled "paper" (analysis/paper_claims.yaml), and a caption line naming
-model, GPU, load, seeds and tasks. The claim summary figure is in analysis/figures_claims.py.
+values in black labelled "paper" (analysis/paper_claims.yaml) where the paper gives one, and a
+caption line naming model, GPU, load, seeds and tasks. The claim summary figure is in
+analysis/figures_claims.py, the distributions (JCT, JCT / floor) in analysis/figures_cdf.py.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +20,11 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter
 
 from analysis import style, tables
 from analysis.display import fmt_value
-from analysis.load import load_tasks, load_timeline
+from analysis.load import load_timeline
 
 sns.set_theme(style="whitegrid", context="paper")
 PAPER_SET = ["fcfs", "lpm", "parrot_fcfs", "autellix_las", "spf", "topas"]
@@ -59,7 +59,7 @@ def scheduler_handles(names) -> list[Line2D]:
     return [Line2D([], [], **{**style.line_kw(s), "ms": 5}) for s in names]
 
 
-def _workloads(df: pd.DataFrame) -> list[str]:
+def workloads(df: pd.DataFrame) -> list[str]:
     present = set(df["workload"])
     return [w for w in tables.WORKLOAD_ORDER if w in present] + sorted(present - set(tables.WORKLOAD_ORDER))
 
@@ -69,7 +69,7 @@ def _claim(claims: dict[str, Any], kind: str, workload: str, metric: str) -> dic
                  and c["metric"] == metric), None)
 
 
-def _paper_implied(df: pd.DataFrame, claims: dict[str, Any], workload: str, metric: str) -> tuple[float, str, float] | None:
+def paper_implied(df: pd.DataFrame, claims: dict[str, Any], workload: str, metric: str) -> tuple[float, str, float] | None:
     """(best paper-set baseline's mean x (1 + the paper's change), that baseline, the paper's change)."""
     c = _claim(claims, "reduction", workload, metric)
     best = tables.best_baseline(df, workload, metric, claims["paper_baselines"])
@@ -79,86 +79,9 @@ def _paper_implied(df: pd.DataFrame, claims: dict[str, Any], workload: str, metr
     return base * (1 + c["paper"]), best, c["paper"]
 
 
-def _pooled_tasks(runs: pd.DataFrame) -> pd.DataFrame:
-    """Every run's tasks after warm-up, with its workload and scheduler."""
-    return pd.concat([load_tasks(r.run_dir).query("~warmup").assign(workload=r.workload, scheduler=r.scheduler)
-                      for r in runs.itertuples()])
-
-
-def _cdf_panels(data: pd.DataFrame, x: str, xlabel: str) -> tuple[Figure, list, list[str], list[str]]:
-    """One ECDF panel per workload, a line per scheduler, log x axis (a JCT tail spans decades)."""
-    ws, scheds = _workloads(data), style.ordered(data["scheduler"])
-    fig = new_figure(2.9 * len(ws) + 1.7, 3.1)
-    axes = fig.subplots(1, len(ws), squeeze=False)[0]
-    for ax, w in zip(axes, ws):
-        sns.ecdfplot(data[data["workload"] == w], x=x, hue="scheduler", hue_order=scheds, palette=style.palette(scheds),
-                     ax=ax, legend=False)
-        ax.set(xlabel=xlabel, ylabel="fraction of tasks" if ax is axes[0] else "", title=style.workload_label(w))
-    return fig, list(axes), ws, scheds
-
-
-def log_x(ax) -> None:
-    """A log x axis labelled in plain numbers at 1-2-5 steps (or three ticks where the range is narrower)."""
-    ax.set_xscale("log")
-    lo, hi = ax.get_xlim()
-    ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1) for m in (1, 2, 5)]
-    ticks = [t for t in ticks if lo <= t <= hi]
-    if len(ticks) < 3:
-        ticks = sorted({float(f"{t:.2g}") for t in np.geomspace(lo, hi, 5)[1:-1]})
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-
-
 def line_handles(names) -> list[Line2D]:
     """Legend entries for plain lines (no markers: the lines have none)."""
     return [Line2D([], [], color=style.color(s), lw=style.line_kw(s)["lw"], label=style.label(s)) for s in names]
-
-
-def jct_cdf(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure | None:
-    """JCT distribution per workload (the paper's schedulers, tasks of every seed pooled), with the
-    paper's reduction of mean JCT drawn as the TOPAS mean it implies."""
-    runs = df[df["scheduler"].isin(PAPER_SET)]
-    if runs.empty:
-        return None
-    claims = claims or tables.load_claims()
-    fig, axes, ws, scheds = _cdf_panels(_pooled_tasks(runs), "jct", "JCT (s, log scale)")
-    for ax, w in zip(axes, ws):
-        implied = _paper_implied(runs, claims, w, "jct_mean")
-        if implied:
-            x, best, paper = implied
-            ax.axvline(x, **PAPER_KW)
-            ours, ci, n = tables.paired_change(runs, w, "jct_mean", "topas", best)
-            # in the title, not on the axes: a box there would cover some scheduler's tail
-            ax.set_title(f"{style.workload_label(w)}\nmean JCT vs {style.label(best)}:\npaper {fmt_value(paper)}, "
-                         f"ours {fmt_value(ours)} {_ci_text(ci, n)}", fontsize=7)
-        log_x(ax)
-    fig.legend(handles=line_handles(scheds) + [paper_handle("paper: TOPAS mean JCT\n(best baseline x (1 + paper's change))")],
-               loc="outside right upper", fontsize=7)
-    return finish(fig, runs, "JCT distribution per workload (tasks after warm-up, all seeds)",
-                  "lines: empirical CDF; CI of the change: 95% Student-t over seeds, paired by seed")
-
-
-def bound_cdf(df: pd.DataFrame) -> Figure | None:
-    """How far each task is from the physical limit: the distribution of JCT / its floor per scheduler
-    (topas/bound.py; 1 = the task alone on a warm server at batch 1)."""
-    runs = df[df["scheduler"].isin(PAPER_SET)]
-    data = _pooled_tasks(runs) if len(runs) else pd.DataFrame()
-    if data.empty or "jct_over_bound" not in data or data["jct_over_bound"].isna().all():
-        return None
-    fig, axes, _, scheds = _cdf_panels(data.dropna(subset=["jct_over_bound"]), "jct_over_bound", "JCT / floor (log scale)")
-    for ax in axes:
-        ax.axvline(1.0, color=style.PAPER_COLOR, lw=0.8)
-        log_x(ax)
-    fig.legend(handles=line_handles(scheds), loc="outside right upper", fontsize=7)
-    return finish(fig, runs, "Distance from the physical limit: JCT / the task's floor (tasks after warm-up, all seeds)",
-                  "floor: the task's batch-1 critical path on the run's latency model, its prefixes cached (docs/bound.md); "
-                  "no queueing, no batching")
-
-
-def _ci_text(ci: float, n: int) -> str:
-    """A change's CI as the figures print it; below 3 seeds none is shown (as the verdicts)."""
-    return f"±{100 * ci:.1f} pp" if n >= tables.MIN_SEEDS and ci == ci else f"(n = {n}, no CI)"
 
 
 CHANGE_TICKS = (-90, -50, -20, -10, 0, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
@@ -195,7 +118,7 @@ def main_jct(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure |
     if df.empty:
         return None
     claims = claims or tables.load_claims()
-    ws, scheds = _workloads(df), style.ordered(df["scheduler"])
+    ws, scheds = workloads(df), style.ordered(df["scheduler"])
     fig = new_figure(2.6 * len(ws) + 1.6, 0.36 * len(scheds) + 2.2)
     axes = fig.subplots(2, len(ws), squeeze=False, sharey=True)
     for row, metric in enumerate(("jct_mean", "jct_p99")):
@@ -236,7 +159,7 @@ def main_jct(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure |
 def _lines_by_workload(df: pd.DataFrame, x: str, xlabel: str, title: str) -> Figure:
     """One panel per workload: mean JCT against `x`, a line per scheduler with t-CI error bars where a
     point has at least 3 seeds (fewer: the point alone, and the panel says so)."""
-    ws, scheds = _workloads(df), style.ordered(df["scheduler"])
+    ws, scheds = workloads(df), style.ordered(df["scheduler"])
     s = tables.mean_ci(df, ["workload", "scheduler", x], "jct_mean")
     xs = np.sort(df[x].dropna().unique())
     step = float(np.diff(xs).min()) if len(xs) > 1 else 1.0

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import display, figures, regime, report_tables, tables
+from analysis import display, figures, figures_cdf, regime, report_tables, tables
 from analysis.figures_claims import paper_vs_ours
 from analysis.load import ROOT, load_experiment
 
@@ -110,8 +110,8 @@ def make_figures(runs: dict[str, pd.DataFrame], verdicts: pd.DataFrame, claims: 
     main = runs["main"]
     timed = verdicts["claim"].isin(WALLCLOCK_CLAIMS) if not verdicts.empty else []
     figs = {
-        "main_jct": figures.main_jct(main, claims), "jct_cdf": figures.jct_cdf(main, claims) if not main.empty else None,
-        "bound_cdf": figures.bound_cdf(main) if not main.empty else None,
+        "main_jct": figures.main_jct(main, claims), "jct_cdf": figures_cdf.jct_cdf(main, claims) if not main.empty else None,
+        "bound_cdf": figures_cdf.bound_cdf(main) if not main.empty else None,
         "jct_vs_load": figures.jct_vs_load(runs["load_sweep"]), "kv_budget": figures.kv_budget(runs["kv_budget"]),
         "ablation": figures.ablation(runs["ablation"], claims), "wallclock/overhead": figures.overhead(runs["overhead"], claims),
         "motivation": figures.motivation(runs["motivation"], claims), "regime": regime.heatmap(runs["regime"]),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import LinearLatency, chain_workflow, engine_config, make_trace, random_agents, random_dag, run_sim
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topas.bound import cacheable_tokens, task_bound_s, trace_bounds, with_bounds
@@ -64,6 +64,7 @@ def test_a_task_alone_on_a_warm_server_runs_at_its_bound():
     assert 1.0 <= tasks.loc[1, "jct_over_bound"] < 1.001
 
 
+@settings(max_examples=25, deadline=None)  # each example is a whole simulated run
 @given(seed=st.integers(0, 10_000), policy=st.sampled_from(["fcfs", "lpm", "topas", "autellix_las"]))
 def test_no_task_beats_its_bound_on_random_dags(seed, policy):
     rng = random.Random(seed)

@@ -27,7 +27,7 @@ SAVE_DIR = None  # also save each figure as PNG here; None: only show it
 SETUP = """%matplotlib inline
 from IPython.display import Markdown
 
-from analysis import display, figures, notebook, regime, style, tables
+from analysis import display, figures, figures_cdf, notebook, regime, style, tables
 from analysis.figures_claims import paper_vs_ours
 from analysis.report import WALLCLOCK_CLAIMS, claim_verdicts
 
@@ -46,8 +46,8 @@ print(tables.headline(verdicts[~verdicts["claim"].isin(WALLCLOCK_CLAIMS)]))
 display.claims_display(verdicts)""",
         'show(paper_vs_ours(verdicts[~verdicts["claim"].isin(WALLCLOCK_CLAIMS)], df), "paper_vs_ours")',
         'show(figures.main_jct(df), "main_jct")',
-        'show(figures.jct_cdf(df), "jct_cdf")',
-        'show(figures.bound_cdf(df), "bound_cdf")',
+        'show(figures_cdf.jct_cdf(df), "jct_cdf")',
+        'show(figures_cdf.bound_cdf(df), "bound_cdf")',
         """best = tables.best_baseline(df, "metagpt_tl", "jct_mean", tables.load_claims()["paper_baselines"])
 show(figures.timeline(df, "metagpt_tl", best) if best else None, "timeline_metagpt_tl")""",
     ]),
