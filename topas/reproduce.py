@@ -32,7 +32,7 @@ starts the plan and its estimated time (the simulator's makespans of the same tr
 `--dry-run` stops there.
 
 W&B is off unless `--wandb offline|online` (`make reproduce ARGS="--wandb offline"`): then every
-run of every sweep is logged (logger=wandb, group = experiment name; a point skipped as complete
+run of every sweep is logged (logger=wandb, group = <experiment>:<sweep folder>; a point skipped as complete
 is logged from its folder unless it already holds a W&B run), and the report logs one run
 (job_type report) with every figure and table. Offline runs are uploaded later with `wandb sync`.
 """
@@ -218,7 +218,7 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true",
                     help="print the plan (runs per GPU or worker) and its estimated real time; run nothing")
     ap.add_argument("--wandb", choices=["offline", "online"], default=None,
-                    help="log every run to W&B (group = experiment) and one report run with every figure and table; "
+                    help="log every run to W&B (group = <experiment>:<sweep folder>) and one report run with every figure and table; "
                          "offline runs: upload with `wandb sync`")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for every run (gpu=..., hydra/launcher=slurm, ...)")
     a = ap.parse_args()
