@@ -1,6 +1,6 @@
-"""The readable versions of the tables: percentages instead of fractions, yes/no instead of
-True/False, headers in words, and LaTeX that drops into a paper (a `table` environment with
-caption and label, booktabs rules).
+"""The readable versions of the tables: percentages instead of fractions, verdicts in words,
+headers in words (Markdown), and their LaTeX versions (analysis/latex.py: numbers in siunitx
+columns, so those frames stay numeric).
 
 The numeric frames of analysis/tables.py are left as they are (figures and W&B read them).
 """
@@ -14,9 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis import style
-
-LATEX_HEADER = "% needs \\usepackage{booktabs}\n"
+from analysis import latex, style
 
 
 def _nan(x: Any) -> bool:
@@ -46,10 +44,6 @@ def fmt_diff(d: float, unit: str = "change") -> str:
             "ms": lambda: f"{d:+.3g} ms", "ratio": lambda: f"{d:+.2f}"}.get(unit, lambda: f"{d:+.3g}")()
 
 
-def yes_no(x: Any) -> str:
-    return "yes" if bool(x) else "no"
-
-
 def claim_title(row: Mapping[str, Any]) -> str:
     """'DAG-4, mean JCT' for a claim row."""
     w = style.workload_label(row.get("workload", "") or "")
@@ -69,27 +63,66 @@ def claims_display(v: pd.DataFrame) -> pd.DataFrame:
         "paper": [fmt_value(x, u) for x, u in zip(v["paper"], units)],
         "ours": [fmt_value(x, u) for x, u in zip(v["ours"], units)],
         "95% CI": [fmt_ci(x, u) for x, u in zip(v["ci95"], units)], "seeds": v["seeds"],
-        "ours - paper": [fmt_diff(x, u) for x, u in zip(v["difference"], units)],
-        "direction reproduced": [yes_no(x) for x in v["direction_reproduced"]],
-        "magnitude reproduced": [yes_no(x) for x in v["magnitude_reproduced"]],
+        "ours - paper": [fmt_diff(x, u) for x, u in zip(v["difference"], units)], "verdict": v["verdict"],
     })
 
 
+def claims_latex(v: pd.DataFrame, caption: str, tag: str) -> str:
+    """The verdicts table for a paper: one line per claim and baseline set; values in the claim's unit."""
+    units = v["unit"] if "unit" in v else pd.Series("change", index=v.index)
+    vs = [f"{style.label(s)}" + (" (full set)" if b == "full set" else "") if s else "" for s, b in zip(v["vs"], v["baseline_set"])]
+    tab = pd.DataFrame({"claim": [claim_title(r) for _, r in v.iterrows()], "vs": vs,
+                        "paper": [fmt_value(x, u) for x, u in zip(v["paper"], units)],
+                        "ours": [fmt_value(x, u) for x, u in zip(v["ours"], units)],
+                        "95% CI": [fmt_ci(x, u) for x, u in zip(v["ci95"], units)], "n": v["seeds"].astype(float),
+                        "verdict": v["verdict"]})
+    return latex.render(tab, caption, tag, digits={"n": 0}, right=["paper", "ours", "95% CI"])
+
+
+def _num(x: float, fmt: str) -> str:
+    return "n/a" if _nan(x) else format(x, fmt)
+
+
+BOUND_NOTE = ("x bound: JCT / the task's floor (its batch-1 critical path on the run's latency model, topas/bound.py, "
+              "docs/bound.md), mean over the run's tasks (and its p99), then over seeds: 1.0 is the physical limit.")
+
+
 def main_display(tab: pd.DataFrame) -> pd.DataFrame:
-    """JCT per workload and scheduler in seconds (workload and scheduler stay config names: the
-    regeneration test reads them)."""
+    """JCT per workload and scheduler in seconds and x its floor (workload and scheduler stay config
+    names: the regeneration test reads them)."""
     out = pd.DataFrame({"workload": tab["workload"].astype(str), "scheduler": tab["scheduler"]})
     for m in ("jct_mean", "jct_p99"):
-        out[f"{style.metric_label(m)} (s)"] = tab[m].map(lambda x: "n/a" if _nan(x) else f"{x:.1f}")
+        out[f"{style.metric_label(m)} (s)"] = tab[m].map(lambda x: _num(x, ".1f"))
         out[f"{style.metric_label(m)} 95% CI"] = tab[f"{m}_ci"].map(lambda x: "n/a" if _nan(x) else f"±{x:.1f}")
+    for m, name in (("jct_over_bound_mean", "x bound (mean)"), ("jct_over_bound_p99", "x bound (p99)")):
+        out[name] = tab[m].map(lambda x: _num(x, ".2f")) if m in tab else "n/a"
     out["seeds"] = tab["seeds"]
     if "missing" in tab:
         out["missing runs"] = tab["missing"]
     return out
 
 
+def main_latex(tab: pd.DataFrame, metric: str, caption: str, tag: str) -> str:
+    """The main table pivoted for a paper: a row per scheduler, per workload the JCT (s), its CI and x bound."""
+    bound = {"jct_mean": "jct_over_bound_mean", "jct_p99": "jct_over_bound_p99"}[metric]
+    tab = tab.assign(**{bound: tab[bound] if bound in tab else float("nan")})
+    ws = list(dict.fromkeys(tab["workload"].astype(str)))
+    rows = []
+    for sched in style.ordered(tab["scheduler"]):
+        row: dict[Any, Any] = {("", "scheduler"): style.label(sched)}
+        for w in ws:
+            r = tab[(tab["workload"].astype(str) == w) & (tab["scheduler"] == sched)]
+            get = (lambda c, r=r: float(r[c].iloc[0]) if len(r) else float("nan"))
+            row |= {(style.workload_label(w), "s"): get(metric), (style.workload_label(w), "±CI"): get(f"{metric}_ci"),
+                    (style.workload_label(w), "×bound"): get(bound)}
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    digits = {c: (2 if c[1] == "×bound" else 1) for c in out.columns if c[1] != "scheduler"}
+    return latex.render(out, caption, tag, digits)
+
+
 BREAKDOWN_COLUMNS = {
-    "jct_mean": "mean JCT (s)", "mean_batch": "mean decode batch", "hit_rate": "prefix hit rate",
+    "jct_mean": "mean JCT (s)", "jct_over_bound_mean": "x bound", "mean_batch": "mean decode batch", "hit_rate": "prefix hit rate",
     "swap_in_GB": "swap-in (GB)", "swap_out_GB": "swap-out (GB)", "prefill_Mtok": "prefill computed (M tokens)",
     "queue_s_per_call": "queueing per call (s)", "service_s_per_call": "service per call (s)",
 }
@@ -101,6 +134,19 @@ def breakdown_display(df: pd.DataFrame) -> pd.DataFrame:
     out = df.round(2).rename(columns=BREAKDOWN_COLUMNS)
     out["prefix hit rate"] = df["hit_rate"].map(lambda x: f"{100 * x:.1f}%")
     return out
+
+
+# the breakdown's LaTeX headers: short, the units in the caption
+BREAKDOWN_LATEX = {"jct_mean": "JCT (s)", "jct_over_bound_mean": "×bound", "mean_batch": "batch", "hit_rate": "hit (%)",
+                   "swap_in_GB": "in (GB)", "swap_out_GB": "out (GB)", "prefill_Mtok": "prefill (Mtok)",
+                   "queue_s_per_call": "queue (s)", "service_s_per_call": "service (s)"}
+
+
+def breakdown_latex(df: pd.DataFrame, caption: str, tag: str) -> str:
+    out = df.assign(hit_rate=100 * df["hit_rate"], workload=[style.workload_label(w) for w in df["workload"]],
+                    scheduler=[style.label(s) for s in df["scheduler"]])
+    out = out[["workload", "scheduler", *[c for c in BREAKDOWN_LATEX if c in out]]].rename(columns=BREAKDOWN_LATEX)
+    return latex.render(out, caption, tag, {c: (1 if c == "hit (%)" else 2) for c in out.columns[2:]})
 
 
 def fidelity_display(result: Mapping[str, Any]) -> pd.DataFrame:
@@ -126,16 +172,10 @@ def to_markdown(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False, floatfmt=".3f", disable_numparse=True)  # cells stay as formatted
 
 
-def to_latex(df: pd.DataFrame, caption: str, label: str) -> str:
-    """A floating `table` with caption and label; strings are escaped, ± becomes $\\pm$."""
-    tex = df.to_latex(index=False, escape=True, float_format="%.3f", caption=caption, label=f"tab:{label}",
-                      position="htbp")
-    return LATEX_HEADER + tex.replace("±", "$\\pm$")
-
-
-def write_table(out: Path, name: str, df: pd.DataFrame, title: str, note: str = "") -> None:
-    """`name`.md (title, note, table) and `name`.tex (the same table, captioned by the title)."""
+def write_table(out: Path, name: str, df: pd.DataFrame, title: str, note: str = "", tex: str | None = None) -> None:
+    """`name`.md (title, note, table) and, given its LaTeX (`tex`), `name`.tex."""
     out.mkdir(parents=True, exist_ok=True)
     md = f"# {title}\n\n{note}\n\n{to_markdown(df)}\n" if note else f"# {title}\n\n{to_markdown(df)}\n"
     (out / f"{name}.md").write_text(md)
-    (out / f"{name}.tex").write_text(to_latex(df, title + ".", name))
+    if tex is not None:
+        (out / f"{name}.tex").write_text(tex)

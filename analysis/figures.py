@@ -5,8 +5,9 @@ Figures are built with the object API, not pyplot: nothing global is left open, 
 saves them, and a notebook shows the returned figure once (no double display).
 Every figure: a fixed colour and marker per scheduler (analysis/style.py), means with the
 tables' 95% Student-t CI (analysis.tables.ci95, never a bootstrap), the paper's published
-values in black labelled "paper" (analysis/paper_claims.yaml), and a caption line naming
-model, GPU, load, seeds and tasks. The claim summary figure is in analysis/figures_claims.py.
+values in black labelled "paper" (analysis/paper_claims.yaml) where the paper gives one, and a
+caption line naming model, GPU, load, seeds and tasks. The claim summary figure is in
+analysis/figures_claims.py, the distributions (JCT, JCT / floor) in analysis/figures_cdf.py.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FixedLocator, FuncFormatter
 
 from analysis import style, tables
 from analysis.display import fmt_value
-from analysis.load import load_tasks, load_timeline
+from analysis.load import load_timeline
 
 sns.set_theme(style="whitegrid", context="paper")
 PAPER_SET = ["fcfs", "lpm", "parrot_fcfs", "autellix_las", "spf", "topas"]
@@ -57,7 +59,7 @@ def scheduler_handles(names) -> list[Line2D]:
     return [Line2D([], [], **{**style.line_kw(s), "ms": 5}) for s in names]
 
 
-def _workloads(df: pd.DataFrame) -> list[str]:
+def workloads(df: pd.DataFrame) -> list[str]:
     present = set(df["workload"])
     return [w for w in tables.WORKLOAD_ORDER if w in present] + sorted(present - set(tables.WORKLOAD_ORDER))
 
@@ -67,7 +69,7 @@ def _claim(claims: dict[str, Any], kind: str, workload: str, metric: str) -> dic
                  and c["metric"] == metric), None)
 
 
-def _paper_implied(df: pd.DataFrame, claims: dict[str, Any], workload: str, metric: str) -> tuple[float, str, float] | None:
+def paper_implied(df: pd.DataFrame, claims: dict[str, Any], workload: str, metric: str) -> tuple[float, str, float] | None:
     """(best paper-set baseline's mean x (1 + the paper's change), that baseline, the paper's change)."""
     c = _claim(claims, "reduction", workload, metric)
     best = tables.best_baseline(df, workload, metric, claims["paper_baselines"])
@@ -77,91 +79,111 @@ def _paper_implied(df: pd.DataFrame, claims: dict[str, Any], workload: str, metr
     return base * (1 + c["paper"]), best, c["paper"]
 
 
-def jct_cdf(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure | None:
-    """JCT distribution per workload (the paper's schedulers, tasks of every seed pooled), with the
-    paper's reduction of mean JCT drawn as the TOPAS mean it implies."""
-    runs = df[df["scheduler"].isin(PAPER_SET)]
-    if runs.empty:
-        return None
-    claims = claims or tables.load_claims()
-    data = pd.concat([load_tasks(r.run_dir).query("~warmup").assign(workload=r.workload, scheduler=r.scheduler)
-                      for r in runs.itertuples()])
-    ws, scheds = _workloads(data), style.ordered(data["scheduler"])
-    fig = new_figure(2.9 * len(ws) + 1.7, 3.1)
-    axes = fig.subplots(1, len(ws), squeeze=False)[0]
-    for ax, w in zip(axes, ws):
-        sns.ecdfplot(data[data["workload"] == w], x="jct", hue="scheduler", hue_order=scheds, palette=style.palette(scheds),
-                     ax=ax, legend=False)
-        implied = _paper_implied(runs, claims, w, "jct_mean")
-        if implied:
-            x, best, paper = implied
-            ax.axvline(x, **PAPER_KW)
-            ours, ci, _ = tables.paired_change(runs, w, "jct_mean", "topas", best)
-            # in the title, not on the axes: a box there would cover some scheduler's tail
-            ax.set_title(f"{style.workload_label(w)}\nmean JCT vs {style.label(best)}:\npaper {fmt_value(paper)}, "
-                         f"ours {fmt_value(ours)} ±{100 * ci:.1f} pp", fontsize=7)
-        else:
-            ax.set_title(style.workload_label(w))
-        ax.set(xlabel="JCT (s)", ylabel="fraction of tasks" if ax is axes[0] else "")
-    fig.legend(handles=scheduler_handles(scheds) + [paper_handle("paper: TOPAS mean JCT\n(best baseline x (1 + paper's change))")],
-               loc="outside right upper", fontsize=7)
-    return finish(fig, runs, "JCT distribution per workload (tasks after warm-up, all seeds)",
-                  "lines: empirical CDF; CI of the change: 95% Student-t over seeds, paired by seed")
+def line_handles(names) -> list[Line2D]:
+    """Legend entries for plain lines (no markers: the lines have none)."""
+    return [Line2D([], [], color=style.color(s), lw=style.line_kw(s)["lw"], label=style.label(s)) for s in names]
+
+
+CHANGE_TICKS = (-90, -50, -20, -10, 0, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+
+
+def _symlog_axis(ax, lo: float, hi: float) -> None:
+    """A change axis in %: linear within ±10% (where TOPAS's effects are), logarithmic beyond (a baseline
+    can be several times slower), padded so that no point sits on the frame."""
+    ax.set_xscale("symlog", linthresh=10, linscale=0.5)  # 0-10%, 10-20%, 20-50%: about the same width
+    pad = lambda v: v * 1.4 if abs(v) > 10 else v + 4 * (1 if v > 0 else -1)
+    ax.set_xlim(pad(lo), pad(hi))
+    ax.xaxis.set_major_locator(FixedLocator(_spaced(ax, [t for t in CHANGE_TICKS if pad(lo) <= t <= pad(hi)])))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:+.0f}%" if v else "0"))
+    ax.xaxis.set_minor_locator(FixedLocator([]))
+
+
+def _spaced(ax, ticks: list[float], parts: int = 5) -> list[float]:
+    """The ticks at least 1/`parts` of the axis apart (in its scale), 0 always kept: readable labels."""
+    tr = ax.xaxis.get_transform().transform
+    lo, hi = tr(np.array(ax.get_xlim(), dtype=float))
+    gap = (hi - lo) / parts
+    pos = dict(zip(ticks, tr(np.array(ticks, dtype=float))))
+    kept = [0.0] if 0.0 in pos else []
+    for t in sorted(ticks, key=abs):  # outwards from 0
+        if all(abs(pos[t] - pos[k]) >= gap for k in kept):
+            kept.append(t)
+    return sorted(kept)
 
 
 def main_jct(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure | None:
-    """Mean and p99 JCT per scheduler and workload with CIs; the paper's reduction drawn on the TOPAS row."""
+    """Each scheduler's paired change of mean and p99 JCT vs the workload's best paper-set baseline, with the
+    95% t-CI over seeds (what the claims use), and the paper's change on the TOPAS row. Absolute JCTs:
+    main_jct.md (and the best baseline's in each panel title)."""
     if df.empty:
         return None
     claims = claims or tables.load_claims()
-    ws, scheds = _workloads(df), style.ordered(df["scheduler"])
-    fig = new_figure(2.5 * len(ws) + 1.2, 0.42 * len(scheds) + 1.6)
+    ws, scheds = workloads(df), style.ordered(df["scheduler"])
+    fig = new_figure(2.6 * len(ws) + 1.6, 0.36 * len(scheds) + 2.2)
     axes = fig.subplots(2, len(ws), squeeze=False, sharey=True)
     for row, metric in enumerate(("jct_mean", "jct_p99")):
-        s = tables.mean_ci(df, ["workload", "scheduler"], metric)
         for ax, w in zip(axes[row], ws):
-            sw = s[s["workload"] == w].set_index("scheduler")
+            best = tables.best_baseline(df, w, metric, claims["paper_baselines"])
+            if best is None:
+                ax.set_visible(False)
+                continue
+            seeds, ends = set(), [-10.0, 10.0]
             for i, sc in enumerate(scheds):
-                if sc in sw.index:
-                    ax.errorbar(sw.loc[sc, "mean"], i, xerr=sw.loc[sc, "ci"], fmt=style.marker(sc), color=style.color(sc),
-                                capsize=2, ms=5)
-            implied = _paper_implied(df, claims, w, metric)
-            if implied and "topas" in scheds:
-                ax.plot(implied[0], scheds.index("topas"), marker="|", ms=16, mew=2.2, color=style.PAPER_COLOR, zorder=5)
-            ax.set_title(f"{style.workload_label(w)}: {style.metric_label(metric)}", fontsize=8)
-            ax.tick_params(axis="y", labelsize=7)
-            ax.set_xlabel("JCT (s)")
+                change, ci, n = tables.paired_change(df, w, metric, sc, best)
+                if n:
+                    seeds.add(n)
+                    ci = 100 * ci if n >= tables.MIN_SEEDS and ci == ci else 0.0
+                    ax.errorbar(100 * change, i, xerr=ci or None, fmt=style.marker(sc), color=style.color(sc), capsize=2, ms=5)
+                    ends += [100 * change - ci, 100 * change + ci]
+            c = _claim(claims, "reduction", w, metric)
+            if c and "topas" in scheds:
+                ax.plot(100 * c["paper"], scheds.index("topas"), marker="|", ms=16, mew=2.2, color=style.PAPER_COLOR, zorder=5)
+                ends.append(100 * c["paper"])
+            ax.axvline(0.0, color="0.5", lw=0.8)
+            _symlog_axis(ax, min(ends), max(ends))
+            base = df[(df["workload"] == w) & (df["scheduler"] == best)][metric].mean()
+            few = min(seeds, default=0) < tables.MIN_SEEDS
+            ax.set_title(f"{style.workload_label(w)}: {style.metric_label(metric)}\nvs {style.label(best)} ({base:,.0f} s)"
+                         + (f"\nn = {min(seeds)}, no CI" if few else ""), fontsize=7.5)
+            ax.tick_params(axis="both", labelsize=7)
+            ax.set_xlabel("change vs best baseline (%)", fontsize=7)
     axes[0][0].set_yticks(range(len(scheds)), [style.label(s) for s in scheds])
     axes[0][0].invert_yaxis()
     fig.legend(handles=[Line2D([], [], marker="|", ms=12, mew=2, ls="", color=style.PAPER_COLOR,
-                               label="paper: best paper-set\nbaseline x (1 +\npaper's change)")],
-               loc="outside right upper", fontsize=7)
-    return finish(fig, df, "Main comparison: JCT per scheduler (mean over seeds)")
+                               label="paper: TOPAS's change\nvs the best baseline")], loc="outside right upper", fontsize=7)
+    return finish(fig, df, "Main comparison: each scheduler's JCT vs the best paper-set baseline (paired by seed)",
+                  "points: mean over seeds of (scheduler - best) / best; error bars: its 95% Student-t CI (none below 3 seeds)"
+                  "\naxis linear within ±10%, logarithmic beyond; absolute JCTs: main_jct.md")
 
 
 def _lines_by_workload(df: pd.DataFrame, x: str, xlabel: str, title: str) -> Figure:
-    """One panel per workload: mean JCT against `x`, a line per scheduler with t-CI error bars."""
-    ws, scheds = _workloads(df), style.ordered(df["scheduler"])
+    """One panel per workload: mean JCT against `x`, a line per scheduler with t-CI error bars where a
+    point has at least 3 seeds (fewer: the point alone, and the panel says so)."""
+    ws, scheds = workloads(df), style.ordered(df["scheduler"])
     s = tables.mean_ci(df, ["workload", "scheduler", x], "jct_mean")
     xs = np.sort(df[x].dropna().unique())
     step = float(np.diff(xs).min()) if len(xs) > 1 else 1.0
     fig = new_figure(3.3 * len(ws) + 1.6, 3.2)
     axes = fig.subplots(1, len(ws), squeeze=False)[0]
     for ax, w in zip(axes, ws):
+        sw = s[s["workload"] == w]
         for k, sc in enumerate(scheds):
-            d = s[(s["workload"] == w) & (s["scheduler"] == sc)].sort_values(x)
+            d = sw[sw["scheduler"] == sc].sort_values(x)
             if d.empty:
                 continue
             off = (k - (len(scheds) - 1) / 2) * 0.05 * step  # dodge: points at the same x stay apart
-            bars = ax.errorbar(d[x] + off, d["mean"], yerr=d["ci"], capsize=0, ms=4, elinewidth=0.8, **style.line_kw(sc))
+            ci = d["ci"].where(d["n"] >= tables.MIN_SEEDS)
+            bars = ax.errorbar(d[x] + off, d["mean"], yerr=ci if ci.notna().any() else None, capsize=0, ms=4,
+                               elinewidth=0.8, **style.line_kw(sc))
             for b in bars.lines[2]:  # faint error bars: the means stay readable where the CIs overlap
                 b.set_alpha(0.35)
-        # few seeds make t-CIs wide: the axis follows the means and long bars are clipped
-        top = s[s["workload"] == w]["mean"].max()
-        ax.set_ylim(0, 1.3 * top)
-        ax.set(title=style.workload_label(w), xlabel=xlabel, ylabel="mean JCT (s)" if ax is axes[0] else "")
+        n = sorted(set(sw["n"]))
+        few = f"\nn = {'-'.join(map(str, (n[0], n[-1]) if len(n) > 1 else n))} per point" + (
+            ", no CI" if n[-1] < tables.MIN_SEEDS else ", no CI below 3") if n[0] < tables.MIN_SEEDS else ""
+        ax.set_ylim(bottom=0)
+        ax.set(title=style.workload_label(w) + few, xlabel=xlabel, ylabel="mean JCT (s)" if ax is axes[0] else "")
     fig.legend(handles=scheduler_handles(scheds), loc="outside right upper", fontsize=7)
-    return finish(fig, df, title, style.CI_NOTE + " (clipped at the axis)")
+    return finish(fig, df, title, style.CI_NOTE + " where a point has 3 seeds or more")
 
 
 def jct_vs_load(df: pd.DataFrame) -> Figure | None:
@@ -222,17 +244,26 @@ def overhead(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure |
         w = 0.8 / len(metrics)
         for k, m in enumerate(metrics):
             s = tables.mean_ci(df, ["arrival_rate"], m).sort_values("arrival_rate")
-            ax.bar(np.arange(len(rates)) + (k - (len(metrics) - 1) / 2) * w, scale * s["mean"], w, yerr=scale * s["ci"],
-                   capsize=3, color=style.color("topas"), alpha=1.0 if k == 0 else 0.5, label=style.metric_label(m))
+            ax.bar(np.arange(len(rates)) + (k - (len(metrics) - 1) / 2) * w, scale * s["mean"], w,
+                   yerr=scale * s["ci"].where(s["n"] >= tables.MIN_SEEDS), capsize=3, color=style.color("topas"),
+                   alpha=1.0 if k == 0 else 0.5, label=style.metric_label(m))
         c = claims.get(cid)
-        if c:
-            ax.axhline(scale * c["paper"], label=f"paper: {fmt_value(c['paper'], c.get('unit'))} (mean, 0.15 tasks/s)",
-                       **PAPER_KW)
-        ax.set_xticks(range(len(rates)), [f"{r:.3g}" for r in rates])
+        at = [i for i, r in enumerate(rates) if np.isclose(r, 0.15)]
+        if c and at:  # the paper measured at 0.15 tasks/s: its line spans that rate's bars only
+            ax.hlines(scale * c["paper"], at[0] - 0.45, at[0] + 0.45,
+                      label=f"paper at 0.15 tasks/s: {fmt_value(c['paper'], c.get('unit'))} (mean)", **PAPER_KW)
+        ax.set_xticks(range(len(rates)), [_rate_label(df, r) for r in rates], fontsize=7)
         ax.set(xlabel="arrival rate (tasks/s)", ylabel=ylabel)
         ax.set_ylim(0, 1.35 * ax.get_ylim()[1])  # room for the legend above the bars and the paper's line
         ax.legend(fontsize=7, loc="upper left")
-    return finish(fig, df, "TOPAS decision overhead on MetaGPT-SOP (wall clock, this machine)")
+    return finish(fig, df, "TOPAS decision overhead on MetaGPT-SOP (wall clock, this machine)",
+                  style.CI_NOTE + " (3 seeds or more)")
+
+
+def _rate_label(df: pd.DataFrame, rate: float) -> str:
+    """An arrival rate with how it was set: the paper's rate, or a load x capacity."""
+    load = pd.to_numeric(df.loc[np.isclose(df["arrival_rate"], rate), "load"], errors="coerce").dropna()
+    return f"{rate:.3g}\n(load {load.iloc[0]:g})" if len(load) else f"{rate:.3g}\n(paper's rate)"
 
 
 def motivation(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure | None:
@@ -259,9 +290,13 @@ def motivation(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure
     return finish(fig, df, "Motivation: two agents sharing a server, alternating vs grouped")
 
 
-def timeline(df: pd.DataFrame, workload: str, baseline: str, seed: int = 0, points: int = 2000) -> Figure | None:
-    """Batch, KV use, resident prefixes and queue over time for TOPAS and `baseline` (one seed),
-    sampled on a regular grid and smoothed by a centred rolling mean (the raw step plot is unreadable)."""
+TIMELINE_WINDOW_S = 61  # every timeline: samples each second, smoothed over this many (odd: a median stays whole)
+
+
+def timeline(df: pd.DataFrame, workload: str, baseline: str, seed: int = 0) -> Figure | None:
+    """Batch, KV use, resident prefixes and queue over time for TOPAS and `baseline` (one seed), sampled
+    each second and smoothed over TIMELINE_WINDOW_S (the raw step plot is unreadable): a centred rolling
+    mean, and for the resident-prefix count a rolling median (a count stays whole)."""
     runs = df[(df["workload"] == workload) & (df["seed"] == seed) & df["scheduler"].isin(["topas", baseline])]
     if runs.empty:
         return None
@@ -269,20 +304,20 @@ def timeline(df: pd.DataFrame, workload: str, baseline: str, seed: int = 0, poin
             ("resident_prefixes", "resident agent prefixes"), ("waiting", "waiting requests (queue)")]
     fig = new_figure(8.0, 7.2)
     axes = fig.subplots(len(cols), 1, sharex=True)
-    window = 0.0
     for r in runs.sort_values("scheduler", key=lambda s: s.map(style.scheduler_order().index)).itertuples():
         tl = load_timeline(r.run_dir).sort_values("start", kind="stable")
         end = float((tl["start"] + tl["duration"]).max())
-        grid = pd.DataFrame({"start": np.linspace(0.0, end, points)})
-        s = pd.merge_asof(grid, tl, on="start")  # the step function's value at each grid time
+        grid = pd.DataFrame({"start": np.arange(0.0, end + 1.0, 1.0)})
+        s = pd.merge_asof(grid, tl, on="start")  # the step function's value at each second
         s["kv_pct"] = 100 * s["kv_used_tokens"] / r.kv_pool_tokens
-        window = max(30.0, round(end / 80, -1))
-        smooth = s.rolling(max(1, int(points * window / end)), center=True, min_periods=1).mean(numeric_only=True)
+        roll = s.rolling(TIMELINE_WINDOW_S, center=True, min_periods=1)
+        smooth = roll.mean(numeric_only=True).assign(resident_prefixes=roll["resident_prefixes"].median())
         for ax, (col, _) in zip(axes, cols):
             ax.plot(grid["start"], smooth[col], **{**style.line_kw(r.scheduler), "marker": None})
     for ax, (_, ylabel) in zip(axes, cols):
         ax.set_ylabel(ylabel, fontsize=7)
+    axes[2].yaxis.get_major_locator().set_params(integer=True)
     axes[-1].set_xlabel("time (s)")
-    fig.legend(handles=scheduler_handles(style.ordered(runs["scheduler"])), loc="outside right upper", fontsize=7)
-    return finish(fig, runs, f"{style.workload_label(workload)}, seed {seed}: TOPAS vs {style.label(baseline)} "
-                  f"(rolling mean over {window:.0f} s)", "")
+    fig.legend(handles=line_handles(style.ordered(runs["scheduler"])), loc="outside right upper", fontsize=7)
+    return finish(fig, runs, f"{style.workload_label(workload)}, seed {seed}: TOPAS vs {style.label(baseline)}",
+                  f"sampled each second; rolling mean over {TIMELINE_WINDOW_S} s (resident prefixes: rolling median)")

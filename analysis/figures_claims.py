@@ -1,5 +1,6 @@
 """Small multiples of the paper's claims: per claim, the paper's value, ours with its 95%
-t-CI, the zone where the magnitude counts as reproduced, and the verdict (docs/protocol.md)."""
+t-CI (one point per baseline set, coloured by its verdict), the zone where the magnitude counts as
+reproduced, and a title that names every row's verdict (docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -11,30 +12,36 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from analysis import style
-from analysis.display import claim_title, yes_no
+from analysis.display import claim_title
 from analysis.figures import finish, new_figure
+from analysis.tables import MAGNITUDE, MIN_SEEDS, headline
 
-VERDICT_COLORS = {"both": "#1a9850", "partly": "#f39c12", "neither": "#d73027"}
+VERDICT_COLORS = {"reproduced": "#1a9850", "direction only": "#4575b4", "inconclusive": "#7f7f7f",
+                  "contradicted": "#d73027"}
 SCALE = {"change": 100.0, "share": 100.0, "ms": 1.0, "ratio": 1.0}
 XLABEL = {"change": "TOPAS vs baseline (%)", "share": "% of run time", "ms": "ms per decision", "ratio": "ratio"}
 
 
-def _verdict(r) -> str:
-    if r.direction_reproduced and r.magnitude_reproduced:
-        return "both"
-    return "partly" if r.direction_reproduced or r.magnitude_reproduced else "neither"
+def _title(rows: pd.DataFrame) -> tuple[str, str]:
+    """(the panel's verdict line naming every row's verdict, its colour: the verdict's when all agree)."""
+    verdicts = list(rows["verdict"])
+    if len(set(verdicts)) == 1:
+        return verdicts[0], VERDICT_COLORS[verdicts[0]]
+    parts = [f"{'paper set' if b in ('paper set', 'paper = full set') else b or 'ours'}: {v}"
+             for b, v in zip(rows["baseline_set"], verdicts)]
+    return "; ".join(parts), "black"
 
 
 def _magnitude_zone(ax, unit: str, paper: float, scale: float) -> None:
     """Shade the values whose magnitude counts as reproduced (the rule of analysis/tables.py)."""
     lo, hi = ax.get_xlim()
     if unit == "change":
-        edge = scale * (2 / 3) * paper
-        ax.axvspan(*((lo, edge) if paper < 0 else (edge, hi)), color=VERDICT_COLORS["both"], alpha=0.08, lw=0)
+        edge = scale * MAGNITUDE * paper
+        ax.axvspan(*((lo, edge) if paper < 0 else (edge, hi)), color=VERDICT_COLORS["reproduced"], alpha=0.08, lw=0)
     elif unit == "ratio":  # at least 2/3 of the paper's shortfall below 1
-        ax.axvspan(lo, 1 - (2 / 3) * (1 - paper), color=VERDICT_COLORS["both"], alpha=0.08, lw=0)
+        ax.axvspan(lo, 1 - MAGNITUDE * (1 - paper), color=VERDICT_COLORS["reproduced"], alpha=0.08, lw=0)
     else:  # overheads: at most the paper's
-        ax.axvspan(lo, scale * paper, color=VERDICT_COLORS["both"], alpha=0.08, lw=0)
+        ax.axvspan(lo, scale * paper, color=VERDICT_COLORS["reproduced"], alpha=0.08, lw=0)
     ax.set_xlim(lo, hi)
 
 
@@ -54,10 +61,11 @@ def paper_vs_ours(verdicts: pd.DataFrame, runs: pd.DataFrame | None = None, ncol
         ax.plot(scale * first["paper"], 0, "D", color=style.PAPER_COLOR, ms=6)
         labels = ["paper"]
         for i, r in enumerate(rows.itertuples(), start=1):
-            ci = 0.0 if pd.isna(r.ci95) else scale * r.ci95
-            ax.errorbar(scale * r.ours, i, xerr=ci, fmt="o", ms=6, capsize=3, color=VERDICT_COLORS[_verdict(r)])
+            ci = 0.0 if pd.isna(r.ci95) or r.seeds < MIN_SEEDS else scale * r.ci95  # below 3 seeds: no CI (the verdicts' rule)
+            ax.errorbar(scale * r.ours, i, xerr=ci, fmt="o", ms=6, capsize=3, color=VERDICT_COLORS[r.verdict])
             which = "" if r.baseline_set in ("", "paper = full set") else f",\n{r.baseline_set}"
-            labels.append(f"ours vs {style.label(r.vs)}{which}" if r.vs else "ours")
+            n = f" (n = {r.seeds}, no CI)" if r.seeds < MIN_SEEDS else ""
+            labels.append((f"ours vs {style.label(r.vs)}{which}" if r.vs else "ours") + n)
         if unit in ("change", "ratio"):
             ax.axvline(0.0 if unit == "change" else 1.0, color="0.5", lw=0.8)
         ax.margins(x=0.15)
@@ -65,15 +73,14 @@ def paper_vs_ours(verdicts: pd.DataFrame, runs: pd.DataFrame | None = None, ncol
         ax.set_yticks(range(len(labels)), labels, fontsize=7)
         ax.set_ylim(len(labels) - 0.4, -0.6)
         ax.set_xlabel(XLABEL.get(unit, ""), fontsize=7)
-        verdict = f"direction {yes_no(first['direction_reproduced'])}, magnitude {yes_no(first['magnitude_reproduced'])}"
-        ax.set_title(f"{claim_title(first)}\n{verdict}", fontsize=8, color=VERDICT_COLORS[_verdict(next(rows.itertuples()))])
+        text, colour = _title(rows)
+        ax.set_title(f"{claim_title(first)}\n{text}", fontsize=8 if len(text) < 45 else 6.5, color=colour)
     for ax in axes[len(ids):]:
         ax.set_visible(False)
     handles = [Line2D([], [], marker="D", ls="", color=style.PAPER_COLOR, label="paper")]
-    handles += [Line2D([], [], marker="o", ls="", color=c, label=f"ours: {t}") for c, t in
-                zip(VERDICT_COLORS.values(), ["direction and\nmagnitude reproduced", "one of the two", "neither"])]
-    handles.append(Patch(color=VERDICT_COLORS["both"], alpha=0.15, label="magnitude counts\nas reproduced"))
+    handles += [Line2D([], [], marker="o", ls="", color=c, label=f"ours: {v}") for v, c in VERDICT_COLORS.items()]
+    handles.append(Patch(color=VERDICT_COLORS["reproduced"], alpha=0.15, label="magnitude counts\nas reproduced"))
     fig.legend(handles=handles, loc="outside right center", fontsize=7)
     caption_runs = runs if runs is not None else pd.DataFrame()
-    return finish(fig, caption_runs, "The paper's claims: paper vs ours",
+    return finish(fig, caption_runs, f"The paper's claims: {headline(verdicts)} (against the paper's baselines)",
                   style.CI_NOTE + "; ablation, motivation and throughput claims from their own experiments")

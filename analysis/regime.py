@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis import display, style, tables
+from analysis import display, latex, style, tables
 from analysis.figures import finish, new_figure
 
 BASELINES = ["parrot_fcfs", "spf", "lpm", "phase_batch"]  # the baselines that are ever the best
@@ -185,12 +185,18 @@ def verdict_summary(c: pd.DataFrame, metric: str = "jct_mean") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write(df: pd.DataFrame, out) -> pd.DataFrame:
-    """regime.md / regime.tex; returns the readable table (empty without runs)."""
-    c = cells(df)
-    if c.empty:
-        return c
-    tab = readable_table(c)
-    display.write_table(out, "regime", tab, "Regime map: TOPAS vs the best baseline per workload, host tier, KV pool and load",
-                        table_note(df))
-    return tab
+def latex_table(c: pd.DataFrame, caption: str, tag: str) -> str:
+    """The regime table for a paper: per metric the best baseline, the change (%), its CI (pp) and the verdict."""
+    out = pd.DataFrame({("", "workload"): [style.workload_label(w) for w in c["workload"]], ("", "host"): c["host"],
+                        ("", "pool (k tokens)"): c["kv_pool_tokens"] / 1e3,
+                        ("", "load"): [_point_label(p, r).replace("paper: ", "") for p, r in zip(c["point"], c["arrival_rate"])]})
+    for m in METRICS:
+        top = style.metric_label(m)
+        out[(top, "vs")] = [style.label(b) if b else "n/a" for b in c[f"{m}_best"]]
+        out[(top, "change (%)")] = 100 * c[f"{m}_change"]
+        out[(top, "±CI (pp)")] = 100 * c[f"{m}_ci"]
+        out[(top, "verdict")] = c[f"{m}_verdict"]
+    out[("", "n")] = c["jct_mean_seeds"].astype(float)
+    digits = {("", "pool (k tokens)"): 1, ("", "n"): 0} | {(style.metric_label(m), k): 1 for m in METRICS
+                                                          for k in ("change (%)", "±CI (pp)")}
+    return latex.render(out, caption, tag, digits, signed=[(style.metric_label(m), "change (%)") for m in METRICS])

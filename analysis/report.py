@@ -14,29 +14,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import display, figures, regime, shapes, style, tables
+from analysis import display, figures, figures_cdf, regime, report_tables, shapes, tables
 from analysis.figures_claims import paper_vs_ours
 from analysis.load import ROOT, load_experiment
 
 EXPERIMENTS = ("main", "load_sweep", "kv_budget", "ablation", "overhead", "motivation", "regime", "shapes")
 WALLCLOCK_CLAIMS = ("overhead_ms", "overhead_fraction")
-
-
-def _main_tables(main: pd.DataFrame, failed: pd.DataFrame, out: Path) -> pd.DataFrame:
-    tab = tables.jct_table(main)
-    # a (workload, scheduler) with failed or missing runs says so: its row is over fewer seeds
-    lost = failed[failed["workload"].ne("")].groupby(["workload", "scheduler"]).size().rename("missing")
-    tab = tab.merge(lost.reset_index(), on=["workload", "scheduler"], how="outer")
-    tab["missing"] = tab["missing"].fillna(0).astype(int)
-    tab["seeds"] = tab["seeds"].fillna(0).astype(int)
-    tab["workload"] = pd.Categorical(tab["workload"], [w for w in tables.WORKLOAD_ORDER if w in set(tab["workload"])]
-                                     + sorted(set(tab["workload"]) - set(tables.WORKLOAD_ORDER)))
-    tab = display.main_display(tab.sort_values(["workload", "jct_mean"]))
-    note = f"Mean over seeds with the 95% Student-t CI half-width. {style.caption(main)}."
-    if tab["missing runs"].any():
-        note += " **Incomplete**: `missing runs` counts runs that failed or never finished (failed_runs.md)."
-    display.write_table(out, "main_jct", tab, "Mean and p99 JCT per workload and scheduler (s)", note)
-    return tab
 
 
 JCT_FIGURES = ("jct_mean", "jct_p50", "jct_p90", "jct_p99", "jct_max")
@@ -45,7 +28,6 @@ JCT_FIGURES = ("jct_mean", "jct_p50", "jct_p90", "jct_p99", "jct_max")
 def _regeneration_sample(main: pd.DataFrame, out: Path) -> None:
     """One committed run per scheduler (its smallest workload, lowest seed): the saved config
     and its JCT figures, which tests/test_regeneration.py re-runs and compares exactly."""
-    import json
 
     import yaml
 
@@ -60,20 +42,18 @@ def _regeneration_sample(main: pd.DataFrame, out: Path) -> None:
 
 
 def _special_claims(runs: dict[str, pd.DataFrame], claims: dict[str, Any]) -> list[dict[str, Any]]:
+    """The overhead claims (TOPAS's cost at most the paper's) and the motivation ratio (paired by seed)."""
     rows = []
     by_id = {c["id"]: c for c in claims["claims"]}
     ov = runs["overhead"]
     ov = ov[ov["scheduler"] == "topas"] if not ov.empty else ov
     if not ov.empty:
         paper_rate = ov[np.isclose(ov["arrival_rate"], 0.15)]
-        for cid in ("overhead_ms", "overhead_fraction"):
+        for cid in WALLCLOCK_CLAIMS:
             c = by_id[cid]
             x = paper_rate[c["metric"]].to_numpy(dtype=float)
-            ours = float(x.mean()) if len(x) else float("nan")
-            rows.append({"claim": cid, "workload": c["workload"], "metric": c["metric"], "unit": c.get("unit", "change"),
-                         "baseline_set": "", "vs": "",
-                         "paper": c["paper"], "ours": ours, "ci95": tables.ci95(x), "seeds": len(x), "difference": ours - c["paper"],
-                         "direction_reproduced": bool(ours <= c["paper"]), "magnitude_reproduced": bool(ours <= c["paper"])})
+            ours, ci = (float(x.mean()) if len(x) else float("nan")), tables.ci95(x)
+            rows.append(tables.claim_row(c, ours, ci, len(x), vs="", judged=tables.verdict_at_most(ours, ci, len(x), c["paper"])))
     mo = runs["motivation"]
     if not mo.empty and {"motivation_alternating", "motivation_grouped"} <= set(mo["workload"]):
         c = by_id["motivation_batch"]
@@ -82,10 +62,9 @@ def _special_claims(runs: dict[str, pd.DataFrame], claims: dict[str, Any]) -> li
         seeds = a.index.intersection(g.index)
         ratio = (a[seeds] / g[seeds]).to_numpy(dtype=float)
         ours, ci = float(ratio.mean()), tables.ci95(ratio)
-        rows.append({"claim": "motivation_batch", "workload": "two_agents", "metric": "batch ratio alternating/grouped",
-                     "unit": c.get("unit", "ratio"), "baseline_set": "", "vs": "grouped", "paper": c["paper"], "ours": ours, "ci95": ci, "seeds": len(seeds),
-                     "difference": ours - c["paper"], "direction_reproduced": bool(len(seeds) >= 2 and ours + ci < 1),
-                     "magnitude_reproduced": bool(1 - ours >= (2 / 3) * (1 - c["paper"]))})
+        # a ratio below 1 is the claimed direction: judged as the change ratio - 1
+        rows.append(tables.claim_row(c, ours, ci, len(seeds), vs="grouped", metric="batch ratio alternating/grouped",
+                                     workload="two_agents", judged=tables.verdict(ours - 1, ci, len(seeds), c["paper"] - 1)))
     return rows
 
 
@@ -131,7 +110,8 @@ def make_figures(runs: dict[str, pd.DataFrame], verdicts: pd.DataFrame, claims: 
     main = runs["main"]
     timed = verdicts["claim"].isin(WALLCLOCK_CLAIMS) if not verdicts.empty else []
     figs = {
-        "main_jct": figures.main_jct(main, claims), "jct_cdf": figures.jct_cdf(main, claims) if not main.empty else None,
+        "main_jct": figures.main_jct(main, claims), "jct_cdf": figures_cdf.jct_cdf(main, claims) if not main.empty else None,
+        "bound_cdf": figures_cdf.bound_cdf(main) if not main.empty else None,
         "jct_vs_load": figures.jct_vs_load(runs["load_sweep"]), "kv_budget": figures.kv_budget(runs["kv_budget"]),
         "ablation": figures.ablation(runs["ablation"], claims), "wallclock/overhead": figures.overhead(runs["overhead"], claims),
         "motivation": figures.motivation(runs["motivation"], claims), "regime": regime.heatmap(runs["regime"]),
@@ -149,14 +129,6 @@ def make_figures(runs: dict[str, pd.DataFrame], verdicts: pd.DataFrame, claims: 
     return {k: f for k, f in figs.items() if f is not None}
 
 
-CLAIMS_NOTE = ("ours = mean over seeds of the paired relative change (TOPAS - best baseline) / best baseline "
-               "(ablation: TOPAS vs TOPAS-base); 95% CI = Student-t half-width over seeds (pp: percentage points). "
-               "baselines: the paper's set or the full set (with the extra baselines); one row when both sets have the "
-               "same best baseline. Verdicts per docs/protocol.md: direction when the CI excludes zero on the paper's "
-               "side, magnitude when ours is at least 2/3 of the paper's. paper_vs_ours.png draws this table. "
-               "The decision-overhead claims are measured in wall-clock time: wallclock/claims_wallclock.md.")
-
-
 def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analysis" / "results", runs_root: Path | None = None,
            wandb_mode: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     import matplotlib
@@ -165,62 +137,42 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
     names = names or {e: e for e in EXPERIMENTS}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    t = report_tables.Target(out, report_tables.grid_of(names["main"]))
     runs, failed = load_all(names, runs_root)
     claims = tables.load_claims()
-    report_tables: dict[str, pd.DataFrame] = {}
-    if not runs["main"].empty:
-        report_tables["main_jct"] = _main_tables(runs["main"], failed[failed["experiment"] == names["main"]], out)
-        _regeneration_sample(runs["main"], out)
-        best = {tables.best_baseline(runs["main"], w, "jct_mean", claims["paper_baselines"]) for w in set(runs["main"]["workload"])}
-        report_tables["breakdown"] = display.breakdown_display(tables.time_breakdown(runs["main"], sorted(best | {"topas", "fcfs"})))
-        display.write_table(out, "breakdown", report_tables["breakdown"], "Where the time goes: TOPAS vs the best baselines",
-                            "Mean over seeds. queueing / service per call: ready -> first admission and first admission -> finish.")
-    regime_table = regime.write(runs["regime"], out)
-    if not regime_table.empty:
-        report_tables["regime"] = regime_table
+    written: dict[str, pd.DataFrame] = {}
+    main = runs["main"]
+    if not main.empty:
+        written["main_jct"] = report_tables.main_tables(main, failed[failed["experiment"] == names["main"]], t)
+        _regeneration_sample(main, out)
+        best = {tables.best_baseline(main, w, "jct_mean", claims["paper_baselines"]) for w in set(main["workload"])}
+        written["breakdown"] = report_tables.breakdown_table(main, sorted(best | {"topas", "fcfs"}), t)
+    written["regime"] = report_tables.regime_table(runs["regime"], t)
     verdicts = claim_verdicts(runs, claims)
     if not verdicts.empty:
         # decision times are wall clock: they differ on every run, so they go to wallclock/ (not committed)
         timed = verdicts["claim"].isin(WALLCLOCK_CLAIMS)
-        report_tables["claims"] = display.claims_display(verdicts[~timed])
-        display.write_table(out, "claims", report_tables["claims"], "The paper's claims: paper vs ours", CLAIMS_NOTE)
-        if not regime_table.empty:  # the verdict by regime: where TOPAS wins, ties and loses
-            summary = regime.verdict_summary(regime.cells(runs["regime"]))
-            with open(out / "claims.md", "a") as f:
-                f.write("\n## Where TOPAS wins, ties and loses (regime map, mean JCT)\n\n"
-                        "Cells of the regime map (regime.md, regime.png) per workload; win / loss: the 95% CI of the "
-                        "paired change vs the cell's best baseline excludes 0.\n\n" + display.to_markdown(summary) + "\n")
+        written["claims"] = report_tables.claims_table(verdicts[~timed], main, runs["regime"], t)
         if timed.any():
             display.write_table(out / "wallclock", "claims_wallclock", display.claims_display(verdicts[timed]),
                                 "The paper's overhead claims (wall clock, this machine)",
                                 "Decision time of TOPAS in wall-clock milliseconds: machine-dependent, so not committed.")
-    shape_cells, shape_standings = shapes.write(runs["shapes"], out, claims["paper_baselines"] + claims["extra_baselines"])
+    shape_cells, shape_standings = shapes.write(runs["shapes"], t, claims["paper_baselines"] + claims["extra_baselines"])
     if not shape_cells.empty:
-        report_tables["shapes"] = shapes.cell_table(shape_cells)
+        written["shapes"] = shapes.cell_table(shape_cells)
         if not verdicts.empty:  # claims.md was written above: its shape-family section follows the regime map's
             with open(out / "claims.md", "a") as f:
                 f.write(shapes.claims_section(shape_cells, shape_standings))
-    fidelity = out / "fidelity" / "fidelity.json"
-    if fidelity.exists():  # written by `make fidelity`; its LaTeX version is made here
-        report_tables["fidelity"] = display.fidelity_display(json.loads(fidelity.read_text()))
-        (out / "fidelity" / "fidelity.tex").write_text(display.to_latex(
-            report_tables["fidelity"], "Simulator fidelity: the simulator vs the real SGLang server on identical traces "
-            "(errors (sim - real) / real; noise: the real server's run-to-run spread).", "fidelity"))
+    written["fidelity"] = report_tables.fidelity_table(out, t)
     figs = {k: figures.save(f, out / f"{k}.png") for k, f in make_figures(runs, verdicts, claims).items()}
-    if not failed.empty:
-        display.write_table(out, "failed_runs", failed[["experiment", "job", "status", "error"]],
-                            "Runs that failed or are missing (left out of every table and figure)",
-                            "status: failed (the error's last line, from the run folder's error.txt), missing (never reported: "
-                            "killed or aborted sweep), damaged (a file does not match its digest).")
-    else:
-        for ext in ("md", "tex"):
-            (out / f"failed_runs.{ext}").unlink(missing_ok=True)
+    report_tables.failed_table(failed, t)
     print_summary(verdicts)
     if not failed.empty:
         print(f"{len(failed)} run(s) failed or are missing and are left out: {out / 'failed_runs.md'}")
     print("figures: " + ", ".join(f"{k}.png" for k in figs))
     if wandb_mode:
-        log_to_wandb(figs, report_tables, wandb_mode, out, group=names["main"].replace("main", "report", 1))
+        log_to_wandb(figs, {k: v for k, v in written.items() if not v.empty}, wandb_mode, out,
+                     group=names["main"].replace("main", "report", 1))
     return verdicts, failed
 
 
@@ -228,8 +180,9 @@ def print_summary(v: pd.DataFrame) -> None:
     if v.empty:
         print("no claims evaluated (no runs found)")
         return
-    print(display.claims_display(v)[["claim", "baselines", "vs", "paper", "ours", "95% CI", "direction reproduced",
-                                     "magnitude reproduced"]].to_string(index=False))
+    print(display.claims_display(v)[["claim", "baselines", "vs", "paper", "ours", "95% CI", "seeds", "verdict"]]
+          .to_string(index=False))
+    print(tables.headline(v[~v["claim"].isin(WALLCLOCK_CLAIMS)]) + " (against the paper's baseline set)")
 
 
 def main() -> None:

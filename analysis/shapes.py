@@ -171,17 +171,30 @@ NOTE = ("A cell is one (shape, load). Per cell: mean over seeds of the paired ch
         "JCT / the best other's. Evaluation sample of the shape family (docs/workloads.md, docs/protocol.md). {caption}.")
 
 
-def write(runs: pd.DataFrame, out, baselines: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """shapes.md / shapes_standings.md (+ .tex) and shapes.png; returns (cells, standings) (empty without runs)."""
+def write(runs: pd.DataFrame, t, baselines: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """shapes.md / shapes_standings.md and their LaTeX (t: analysis.report_tables.Target); returns (cells,
+    standings), empty without runs."""
+    from analysis import latex
+
     c = cells(runs, baselines)
     if c.empty or "topas" not in set(c["scheduler"]):
         return pd.DataFrame(), pd.DataFrame()
     s = standings(c)
+    where = style.caption(runs).replace(" | ", "; ")
     note = NOTE.format(baselines=", ".join(style.label(b) for b in baselines),
-                       reference=", ".join(style.label(r) for r in REFERENCE), caption=style.caption(runs))
-    display.write_table(out, "shapes", cell_table(c), "Shape family: TOPAS vs the best baseline per shape and load", note)
-    display.write_table(out, "shapes_standings", standings_display(s),
-                        "Shape family: every scheduler vs the best of the others", note)
+                       reference=", ".join(style.label(r) for r in REFERENCE), caption=where)
+    table = cell_table(c)
+    title = "Shape family: TOPAS vs the best baseline per shape and load"
+    t.write("shapes", table, title, note, latex.render(
+        table.drop(columns="shape description"), f"{title}: the paired change of mean JCT over seeds, its 95% Student-t "
+        f"CI and the verdict (win / loss: the CI excludes 0). {where}.", t.tag("shapes"),
+        right=["TOPAS vs best", "95% CI", "seeds", "load"]))
+    shown = standings_display(s)
+    title = "Shape family: every scheduler vs the best of the others"
+    t.write("shapes_standings", shown, title, note, latex.render(
+        shown.drop(columns="worst cell"), f"{title}: cells won, tied and lost (the 95% Student-t CI of the paired change "
+        f"of mean JCT excludes 0) and the geometric mean of its mean JCT over the best other's. {where}.",
+        t.tag("shapes_standings"), right=["cells", "wins", "ties", "losses", "geomean ratio", "geomean ratio, load >= 0.8"]))
     return c, s
 
 

@@ -114,6 +114,17 @@ def _span(values, fmt) -> str:
     return fmt(v[0]) if len(v) == 1 else f"{fmt(v[0])}-{fmt(v[-1])}"
 
 
+CELL_KEYS = ("experiment", "workload", "scheduler", "load", "arrival_rate", "kv_pool_tokens", "host_cache_ratio",
+             "mem_fraction_static", "num_tasks")
+
+
+def _seeds_per_cell(df: pd.DataFrame) -> str:
+    """'n=3', or 'n=6-10 per cell' where cells (a workload, scheduler, load, pool, ...) have different seed counts."""
+    keys = [k for k in CELL_KEYS if k in df]
+    n = df.groupby(keys, dropna=False).size() if keys else pd.Series([len(df)])
+    return f"n={n.min()}" if n.min() == n.max() else f"n={n.min()}-{n.max()} per cell"
+
+
 def caption(df: pd.DataFrame, extra: str = "") -> str:
     """One line naming what a figure was made from: model, GPU, load, seeds, tasks, backend."""
     if df.empty:
@@ -126,7 +137,7 @@ def caption(df: pd.DataFrame, extra: str = "") -> str:
     if "arrival_rate" in df and (~by_load).any():  # runs at a fixed rate (ablation, overhead, motivation)
         parts.append(f"{_span(df.loc[~by_load, 'arrival_rate'], lambda x: f'{x:.3g}')} tasks/s")
     seeds = sorted(set(int(s) for s in df["seed"]))
-    parts.append(f"seeds {_span(seeds, str)} (n={len(seeds)})")
+    parts.append(f"seeds {_span(seeds, str)} ({_seeds_per_cell(df)})")
     if "num_tasks" in df:
         parts.append(f"{_span(df['num_tasks'], lambda x: f'{int(x)}')} tasks per run")
     if "backend" in df:

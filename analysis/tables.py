@@ -2,9 +2,11 @@
 
 Statistics over seeds: mean and a 95% Student-t confidence interval. A reduction is
 computed per seed, paired (TOPAS and the best baseline on the same trace), then averaged:
-(TOPAS - best) / best. Verdicts (docs/protocol.md): *direction reproduced* when the CI
-of the reduction excludes zero on the paper's side; *magnitude reproduced* when our mean
-reduction is at least 2/3 of the paper's. The figures use the same `ci95` (analysis/figures.py).
+(TOPAS - best) / best. Verdicts (docs/protocol.md, `verdict`): *reproduced* when the CI excludes
+zero on the paper's side and our mean is at least 2/3 of the paper's; *direction only* when the CI
+is on the paper's side but the magnitude short; *contradicted* when the CI excludes zero on the other
+side; *inconclusive* when the CI covers zero or fewer than 3 seeds pair. The figures use the same
+`ci95` (analysis/figures.py) and draw no CI below 3 seeds either.
 
 The computed frames stay numeric (figures and W&B read them); `claims_display`,
 `main_display` and `breakdown_display` make the readable versions that are written out.
@@ -23,6 +25,39 @@ from scipy import stats
 
 CLAIMS = Path(__file__).resolve().parent / "paper_claims.yaml"
 WORKLOAD_ORDER = ["chain3", "dag4", "dag10_wide", "metagpt_sop", "metagpt_tl"]
+VERDICTS = ("reproduced", "direction only", "inconclusive", "contradicted")
+MIN_SEEDS = 3  # fewer paired seeds: no verdict but inconclusive, no CI drawn
+MAGNITUDE = 2 / 3  # our effect must reach this share of the paper's to count as reproduced
+
+
+def verdict(ours: float, ci: float, n: int, paper: float) -> str:
+    """One of VERDICTS for an effect `ours` +- `ci` over `n` seeds, the paper's effect being `paper`
+    (its sign is the claimed direction)."""
+    if n < MIN_SEEDS or math.isnan(ci) or math.isnan(ours):
+        return "inconclusive"
+    sign = -1.0 if paper < 0 else 1.0
+    if sign * ours - ci > 0:
+        return "reproduced" if sign * ours >= MAGNITUDE * abs(paper) else "direction only"
+    return "contradicted" if sign * ours + ci < 0 else "inconclusive"
+
+
+def verdict_at_most(ours: float, ci: float, n: int, paper: float) -> str:
+    """A claim that a cost is at most the paper's (the decision overhead): reproduced when the CI lies at
+    or below it, contradicted when above it."""
+    if n < MIN_SEEDS or math.isnan(ci) or math.isnan(ours):
+        return "inconclusive"
+    return "reproduced" if ours + ci <= paper else "contradicted" if ours - ci > paper else "inconclusive"
+
+
+def headline(v: pd.DataFrame) -> str:
+    """'k of n claims reproduced, d direction only, m inconclusive, j contradicted', one verdict per claim:
+    the row against the paper's baseline set (the full set's rows are in the table)."""
+    if v.empty:
+        return "no claims evaluated"
+    own = v[~v["baseline_set"].eq("full set")].drop_duplicates("claim")
+    c = own["verdict"].value_counts()
+    return (f"{c.get('reproduced', 0)} of {len(own)} claims reproduced, {c.get('direction only', 0)} direction only, "
+            f"{c.get('inconclusive', 0)} inconclusive, {c.get('contradicted', 0)} contradicted")
 
 
 def ci95(x: np.ndarray) -> float:
@@ -43,10 +78,15 @@ def load_claims(path: str | Path = CLAIMS) -> dict[str, Any]:
     return yaml.safe_load(Path(path).read_text())
 
 
+BOUND_METRICS = ("jct_over_bound_mean", "jct_over_bound_p99")
+
+
 def jct_table(df: pd.DataFrame, metrics=("jct_mean", "jct_p99")) -> pd.DataFrame:
-    """Mean and CI over seeds per (workload, scheduler)."""
+    """Mean and CI over seeds per (workload, scheduler), and the mean over seeds of JCT / bound
+    (runs made before the bound existed: NaN)."""
+    df = df.assign(**{m: pd.to_numeric(df[m], errors="coerce") if m in df else np.nan for m in BOUND_METRICS})
     g = df.groupby(["workload", "scheduler"])
-    out = g[list(metrics)].mean()
+    out = g[[*metrics, *BOUND_METRICS]].mean()
     for m in metrics:
         out[f"{m}_ci"] = g[m].apply(lambda s: ci95(s.to_numpy()))
     out["seeds"] = g.size()
@@ -88,20 +128,19 @@ def reduction_rows(df: pd.DataFrame, claims: dict[str, Any], target: str = "topa
             if best is None or target not in set(df[df["workload"] == c["workload"]]["scheduler"]):
                 continue
             ours, ci, n = paired_change(df, c["workload"], c["metric"], target, best)
-            rows.append(_verdict(c, ours, ci, n, vs=best, baseline_set=set_name))
+            rows.append(claim_row(c, ours, ci, n, vs=best, baseline_set=set_name))
     return pd.DataFrame(rows)
 
 
-def _verdict(c: dict[str, Any], ours: float, ci: float, n: int, vs: str, baseline_set: str = "") -> dict[str, Any]:
+def claim_row(c: dict[str, Any], ours: float, ci: float, n: int, vs: str, baseline_set: str = "", metric: str | None = None,
+              workload: str | None = None, judged: str | None = None) -> dict[str, Any]:
+    """A claim's row: ours beside the paper's and the verdict (`judged`, else `verdict` of ours)."""
     paper = c["paper"]
-    sign = -1 if paper < 0 else 1
-    direction = bool(n >= 2 and not math.isnan(ci) and sign * ours - ci > 0)
-    magnitude = bool(not math.isnan(ours) and sign * ours >= (2 / 3) * abs(paper))
     return {
-        "claim": c["id"], "workload": c.get("workload", ""), "metric": c["metric"], "unit": c.get("unit", "change"),
-        "baseline_set": baseline_set, "vs": vs,
+        "claim": c["id"], "workload": c.get("workload", "") if workload is None else workload,
+        "metric": metric or c["metric"], "unit": c.get("unit", "change"), "baseline_set": baseline_set, "vs": vs,
         "paper": paper, "ours": ours, "ci95": ci, "seeds": n, "difference": ours - paper,
-        "direction_reproduced": direction, "magnitude_reproduced": magnitude,
+        "verdict": judged or verdict(ours, ci, n, paper),
     }
 
 
@@ -111,7 +150,7 @@ def ablation_rows(df: pd.DataFrame, claims: dict[str, Any]) -> pd.DataFrame:
         if c["kind"] != "ablation":
             continue
         ours, ci, n = paired_change(df, c["workload"], c["metric"], "topas", c["baseline"])
-        rows.append(_verdict(c, ours, ci, n, vs=c["baseline"]))
+        rows.append(claim_row(c, ours, ci, n, vs=c["baseline"]))
     return pd.DataFrame(rows)
 
 
@@ -124,6 +163,7 @@ def time_breakdown(df: pd.DataFrame, schedulers: list[str]) -> pd.DataFrame:
         req = pd.read_parquet(Path(r.run_dir) / "requests.parquet")
         rows.append({
             "workload": r.workload, "scheduler": r.scheduler, "seed": r.seed, "jct_mean": r.jct_mean,
+            "jct_over_bound_mean": getattr(r, "jct_over_bound_mean", np.nan),
             "mean_batch": r.mean_batch_size, "hit_rate": r.cache_hit_rate,
             "swap_in_GB": r.swap_in_bytes / 1e9, "swap_out_GB": r.swap_out_bytes / 1e9,
             "prefill_Mtok": r.prefill_tokens_computed / 1e6,

@@ -11,6 +11,7 @@ import pandas as pd
 from helpers.small_runs import BASE, ROOT
 
 from analysis import regime, tables
+from analysis.report_tables import Target, regime_table
 
 WORKLOADS = ["chain3", "dag4", "dag10_wide", "metagpt_sop", "metagpt_tl"]
 LOADS = ["0.5", "0.7", "0.9", "1.1", "1.3"]
@@ -93,9 +94,11 @@ def test_heatmap_marks_wins_losses_and_phase_batching(tmp_path):
     assert len(ax.get_yticklabels()) == 4  # (dag4, SOP) x host on/off
     caption = fig.texts[-1].get_text()
     assert "no steady state" in caption and "60 tasks" in caption and "A100-80GB" in caption
-    assert regime.write(df, tmp_path).shape[0] == 6
-    assert (tmp_path / "regime.md").exists() and "\\begin{table}" in (tmp_path / "regime.tex").read_text()
-    assert regime.heatmap(df[df["scheduler"] != "topas"]) is None and regime.write(df.iloc[:0], tmp_path).empty
+    target = Target(tmp_path, "full")
+    assert regime_table(df, target).shape[0] == 6
+    tex = (tmp_path / "regime.tex").read_text()
+    assert (tmp_path / "regime.md").exists() and "\\begin{table*}" in tex and "\\label{tab:full:regime}" in tex
+    assert regime.heatmap(df[df["scheduler"] != "topas"]) is None and regime_table(df.iloc[:0], target).empty
 
 
 def test_regime_table_and_heatmap_from_tiny_simulator_runs(tmp_path):
@@ -118,7 +121,7 @@ def test_regime_table_and_heatmap_from_tiny_simulator_runs(tmp_path):
                         run(cfg, out_dir=runs / cfg.run_subdir, quiet=True)
     df, failed = load_experiment("regime", tmp_path)
     assert len(df) == 16 and failed.empty
-    tab = regime.write(df, tmp_path / "out")
+    tab = regime_table(df, Target(tmp_path / "out"))
     assert len(tab) == 4 and set(tab["host tier"]) == {"on", "off"}
     assert save(regime.heatmap(df), tmp_path / "out" / "regime.png").stat().st_size > 0
 

@@ -35,7 +35,7 @@ starts the plan and its estimated time (the simulator's makespans of the same tr
 `--dry-run` stops there.
 
 W&B is off unless `--wandb offline|online` (`make reproduce ARGS="--wandb offline"`): then every
-run of every sweep is logged (logger=wandb, group = experiment name; a point skipped as complete
+run of every sweep is logged (logger=wandb, group = <experiment>:<sweep folder>; a point skipped as complete
 is logged from its folder unless it already holds a W&B run), and the report logs one run
 (job_type report) with every figure and table. Offline runs are uploaded later with `wandb sync`.
 """
@@ -209,6 +209,7 @@ def main() -> None:
 
 def _main() -> None:
     from topas.errors import one_line
+    from topas.launchers import jobs_overrides, name_missing
     from topas.reproduce_args import check_args, parse_args
     from topas.sweep import check_jobs, expand, run_sweep, status_counts, write_plan
 
@@ -246,6 +247,7 @@ def _main() -> None:
         for exp in experiments:
             try:
                 ov = sweep_overrides(exp, a.grid, a.backend, extra, runs, a.wandb, cpu=cpu)
+                ov += jobs_overrides(launcher, a.jobs, ov) if launcher else []  # --jobs applied to the user's launcher
                 plans[exp] = (ov, expand(ov))
                 check_jobs(plans[exp][1])  # every override value, as each run checks it: before anything runs
             except Exception as e:  # noqa: BLE001 - a bad override or backend: nothing has run yet
@@ -298,6 +300,7 @@ def _main() -> None:
                 note = "" if not bad and rc == 0 else f"  INCOMPLETE (sweep exit {rc}; see {log_dir / (name + '*.log')})"
                 bar.write(f"  {exp:11s} {time.time() - t0:7.1f} s  {len(df)} runs: {c['ok']} ok, {c['cached']} cached, "
                           f"{c['failed']} failed, {c['missing']} missing{note}")
+                name_missing(df, rc, log_dir / f"{name}.log", exp_dir / "sweep_manifest.jsonl", bar.write)  # the errors, named
     from analysis.report import report
 
     names = {e: experiment_name(e, a.grid, a.backend) for e in EXPERIMENTS}

@@ -36,7 +36,7 @@ def parse_args(doc: str, runs: Path, argv: list[str] | None = None) -> argparse.
     ap.add_argument("--dry-run", action="store_true",
                     help="print the plan (runs per GPU or worker) and its estimated real time; run nothing")
     ap.add_argument("--wandb", choices=["offline", "online"], default=None,
-                    help="log every run to W&B (group = experiment) and one report run with every figure and table; "
+                    help="log every run to W&B (group = <experiment>:<sweep folder>) and one report run with every figure and table; "
                          "offline runs: upload with `wandb sync`")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for every run (gpu=..., hydra/launcher=slurm, ...)")
     return ap.parse_args(argv)

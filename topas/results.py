@@ -85,6 +85,10 @@ TASKS = Table("tasks.parquet", (
     Column("num_calls", "int64", "calls (LLM requests) in its workflow"),
     Column("warmup", "bool", "among the first `warmup_fraction` of tasks by arrival: left out of the JCT "
            "figures (set by `task_table`)", from_engine=False),
+    Column("bound_s", "float64", "the task's JCT floor: its batch-1 critical path on the run's latency model "
+           "(topas/bound.py; NaN where the run has none)", nullable=True, from_engine=False),
+    Column("jct_over_bound", "float64", "jct / bound_s: how far the schedule left the task from the limit",
+           nullable=True, from_engine=False),
 ))
 REQUESTS = Table("requests.parquet", (
     Column("rid", "str", "the request's id"),
@@ -148,8 +152,9 @@ def mark_warmup(tasks: pd.DataFrame, warmup_fraction: float) -> pd.DataFrame:
 
 
 def task_table(rows: Iterable[Mapping[str, Any]], warmup_fraction: float) -> pd.DataFrame:
-    """tasks.parquet: `TASKS` from an engine's rows (every column but `warmup`, set here)."""
-    return mark_warmup(TASKS.frame(rows), warmup_fraction)
+    """tasks.parquet: `TASKS` from an engine's rows (`warmup` set here; the bound columns NaN until the
+    runner fills them in after the run, topas/bound.py)."""
+    return mark_warmup(TASKS.frame(rows), warmup_fraction).assign(bound_s=np.nan, jct_over_bound=np.nan)
 
 
 def request_table(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
@@ -198,12 +203,20 @@ def summarize(rec: RunRecord, sim_wall_s: float | None = None) -> dict[str, Any]
         "decision_ms_p99": percentile(dw * 1e3, 99) if len(dw) else 0.0,
         "decision_overhead_fraction": float(dw.sum() / makespan) if len(dw) and makespan > 0 else 0.0,
     }
+    out.update(bound_summary(steady))
     out.update(rec.engine)
     if sim_wall_s is not None:
         out["wall_s"] = sim_wall_s
         if rec.engine.get("backend", "sim") == "sim":  # a real engine runs in real time
             out["sim_speedup"] = makespan / sim_wall_s if sim_wall_s > 0 else float("inf")
     return out
+
+
+def bound_summary(steady: pd.DataFrame) -> dict[str, float]:
+    """Mean, p99 and minimum of JCT / bound over the measured tasks (NaN where the run has no bound)."""
+    r = steady["jct_over_bound"].dropna().to_numpy(dtype=float) if "jct_over_bound" in steady else np.array([])
+    return {"jct_over_bound_mean": float(r.mean()) if len(r) else float("nan"), "jct_over_bound_p99": percentile(r, 99),
+            "jct_over_bound_min": float(r.min()) if len(r) else float("nan")}
 
 
 def _umask() -> int:

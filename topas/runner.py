@@ -197,6 +197,9 @@ def _run(cfg: DictConfig, plan: RunPlan, out: Path, quiet: bool) -> tuple[Path, 
         record, wall = backend_runner(plan.groups["backend"].name)(ctx)
     finally:
         bar.close()
+    from topas.bound import add_bounds
+
+    record = add_bounds(record, plan.groups["backend"], plan.model, plan.gpu, plan.trace)  # after the run: changes no simulated number
     summary = summarize(record, wall)
     summary.update(
         scheduler=sched.name,

@@ -1,11 +1,14 @@
-"""Weights & Biases logging of a finished run (offline by default: no account needed).
+"""Weights & Biases logging of a finished run (`logger=wandb`, offline unless `logger.mode=online`;
+off by default: `logger: none` in conf/config.yaml, the cost measured in docs/analysis.md).
 
-One W&B run per harness run, grouped by experiment (`group` = experiment name, `job_type`
-"run", tags workload/scheduler/load/seed) and named after the run folder (experiment,
-workload, scheduler, load and rate, seed, config hash: topas/run_identity.py), so names never
-collide across loads or experiments. Logged: the resolved config, the summary, the JCT
-histogram and CDF, the per-task table, and the timeline (batch size, KV use, queue length,
-resident prefixes) as series against simulated time.
+One W&B run per harness run, grouped by its sweep (`group` = `<experiment>:<sweep folder>`, the
+folder the run folders of one sweep share; a single run's is its experiment folder), `job_type`
+"run", tags workload/scheduler/load/seed, and named after the run folder (experiment, workload,
+scheduler, load and rate, seed, config hash: topas/run_identity.py), so names never collide across
+loads or experiments. Logged: the resolved config without the plumbing keys (where outputs go,
+the manifest, the progress bar, the logger itself), the summary, the JCT histogram and CDF, the
+per-task table, and the timeline (batch size, KV use, queue length, resident prefixes) as series
+against simulated time.
 
 Offline runs land under `<run folder>/wandb/`; upload them with
     find runs -type d -name 'offline-run-*' -exec wandb sync {} +
@@ -20,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+PLUMBING = frozenset({"hydra", "logger", "progress", "out_dir", "run_subdir", "sweep_manifest"})  # how, not what
 TIMELINE_POINTS = 1000  # a regular time grid: enough for the charts, few log calls
 TIMELINE_COLUMNS = {"running": "running_requests", "batch_size": "batch_size", "kv_used_tokens": "kv_used_tokens",
                     "waiting": "queue_length", "resident_prefixes": "resident_prefixes"}
@@ -29,6 +33,26 @@ def run_name(config: dict[str, Any], summary: dict[str, Any]) -> str:
     """`<experiment>-<workload>-<scheduler>-<load/rate>-seed<n>-<config hash>` from the run folder's identity."""
     sub = config.get("run_subdir") or f"{summary['workload']}/{summary['scheduler']}/seed{summary['seed']}"
     return f"{config.get('experiment_name', 'default')}-{str(sub).replace('/', '-')}"
+
+
+def sweep_group(config: dict[str, Any], run_dir: Path) -> str:
+    """`<experiment>:<sweep folder>`: the run folder less its `run_subdir` (Hydra's sweep dir; a single run's
+    is its experiment folder), relative to the working directory where it lies below it."""
+    folder, sub = Path(run_dir).resolve(), Path(str(config.get("run_subdir") or ""))
+    if sub.parts and folder.parts[-len(sub.parts):] == sub.parts:
+        folder = folder.parents[len(sub.parts) - 1]
+    else:
+        folder = folder.parent
+    try:
+        folder = folder.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return f"{config.get('experiment_name', 'default')}:{folder}"[:128]  # W&B's limit on a group name
+
+
+def logged_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config W&B shows: what the run computed, without the plumbing keys."""
+    return {k: v for k, v in config.items() if k not in PLUMBING}
 
 
 def run_tags(summary: dict[str, Any], extra=()) -> list[str]:
@@ -65,8 +89,8 @@ def log_tables(logger_cfg, config: dict[str, Any], summary: dict[str, Any], task
         entity=logger_cfg.entity,
         mode=logger_cfg.mode,
         dir=str(out_dir),
-        config=config,
-        group=config.get("experiment_name", "default"),
+        config=logged_config(config),
+        group=sweep_group(config, out_dir),
         job_type="run",
         tags=run_tags(summary, list(logger_cfg.tags)),
         name=run_name(config, summary),

@@ -1,11 +1,13 @@
-"""Write the analysis notebooks (one per experiment) and, with --execute, run them so they are
-committed with their outputs (tables and figures inline):
+"""Write the analysis notebooks (one per experiment, and the regime map), without outputs: a
+notebook shows the runs it is pointed at, never a stale or committed picture.
 
-    python analysis/notebooks/make_notebooks.py --execute
+    python analysis/notebooks/make_notebooks.py                    # (re)write the notebooks
+    python analysis/notebooks/make_notebooks.py --execute          # also run each on runs/ -> analysis/results/notebooks/
+    papermill analysis/notebooks/main_comparison.ipynb out.ipynb -p SUFFIX _quick   # one notebook on the quick grid
 
-Each notebook has a papermill-style cell tagged `parameters` (RUNS_ROOT, SUFFIX, SAVE_DIR):
-    papermill analysis/notebooks/main_comparison.ipynb out.ipynb -p SUFFIX _quick
-(or edit the cell). Without runs it shows the committed figures of analysis/results/.
+Each notebook has a papermill cell tagged `parameters` (RUNS_ROOT, SUFFIX, SAVE_DIR). Without runs of
+its experiment under RUNS_ROOT it stops at its first cell with one line naming that folder
+(analysis/notebook.py); tests/test_notebooks.py runs every notebook in `make test`.
 """
 
 from __future__ import annotations
@@ -23,73 +25,65 @@ SUFFIX = ""  # experiment-name suffix of the grid: "" (default grid), "_quick", 
 SAVE_DIR = None  # also save each figure as PNG here; None: only show it
 """
 SETUP = """%matplotlib inline
-from pathlib import Path
+from IPython.display import Markdown
 
-import IPython.display
-from IPython.display import Image, Markdown
-
-from analysis import display, figures, style, tables
+from analysis import display, figures, figures_cdf, notebook, regime, style, tables
 from analysis.figures_claims import paper_vs_ours
-from analysis.load import ROOT
-from analysis.report import claim_verdicts, load_all
+from analysis.report import WALLCLOCK_CLAIMS, claim_verdicts
 
-RUNS = Path(RUNS_ROOT) if RUNS_ROOT else ROOT / "runs"
-runs, failed = load_all({e: e + SUFFIX for e in ("main", "load_sweep", "kv_budget", "ablation", "overhead", "motivation")}, RUNS)
-if len(failed):
-    IPython.display.display(Markdown(f"**{len(failed)} run(s) failed or are missing** (left out): see failed_runs.md"))
-
-
-def show(fig, name):
-    \"\"\"Show a figure inline (and save it under SAVE_DIR); without runs, the committed PNG.\"\"\"
-    if fig is None:
-        png = ROOT / "analysis" / "results" / f"{name}.png"
-        print(f"no runs under {RUNS} for this figure" + (": the committed one" if png.exists() else ""))
-        return Image(str(png)) if png.exists() else None
-    if SAVE_DIR:
-        figures.save(fig, Path(SAVE_DIR) / f"{name}.png")
-    return fig
+runs, failed = notebook.load({needed!r}, RUNS_ROOT, SUFFIX)  # stops here, in one line, without runs
+show = lambda fig, name: notebook.show(fig, name, SAVE_DIR)
+Markdown(f"**{{len(failed)}} run(s) failed or are missing** (left out): see failed_runs.md") if len(failed) else None
 """
+# name -> (title, the experiments it needs, its cells after the set-up)
 NOTEBOOKS = {
-    "main_comparison": ("Main comparison: JCT per workload and scheduler, and the paper's claims", [
+    "main_comparison": ("Main comparison: JCT per workload and scheduler, and the paper's claims", ["main"], [
         """df = runs["main"]
 print(f"{len(df)} runs of main{SUFFIX}: {style.caption(df)}")
-display.main_display(tables.jct_table(df)) if len(df) else None""",
+display.main_display(tables.jct_table(df))""",
         """verdicts = claim_verdicts(runs)
-display.claims_display(verdicts) if len(verdicts) else None""",
-        'show(paper_vs_ours(verdicts[~verdicts["claim"].isin(["overhead_ms", "overhead_fraction"])] '
-        'if len(verdicts) else verdicts, df), "paper_vs_ours")',
-        'show(figures.main_jct(df) if len(df) else None, "main_jct")',
-        'show(figures.jct_cdf(df) if len(df) else None, "jct_cdf")',
-        """best = tables.best_baseline(df, "metagpt_tl", "jct_mean", tables.load_claims()["paper_baselines"]) if len(df) else None
+print(tables.headline(verdicts[~verdicts["claim"].isin(WALLCLOCK_CLAIMS)]))
+display.claims_display(verdicts)""",
+        'show(paper_vs_ours(verdicts[~verdicts["claim"].isin(WALLCLOCK_CLAIMS)], df), "paper_vs_ours")',
+        'show(figures.main_jct(df), "main_jct")',
+        'show(figures_cdf.jct_cdf(df), "jct_cdf")',
+        'show(figures_cdf.bound_cdf(df), "bound_cdf")',
+        """best = tables.best_baseline(df, "metagpt_tl", "jct_mean", tables.load_claims()["paper_baselines"])
 show(figures.timeline(df, "metagpt_tl", best) if best else None, "timeline_metagpt_tl")""",
     ]),
-    "load_sweep": ("Mean JCT vs offered load", ['show(figures.jct_vs_load(runs["load_sweep"]), "jct_vs_load")']),
-    "kv_budget": ("KV-cache budget sensitivity", ['show(figures.kv_budget(runs["kv_budget"]), "kv_budget")']),
-    "ablation": ("Ablation on MetaGPT-TL", [
+    "load_sweep": ("Mean JCT vs offered load", ["load_sweep"], ['show(figures.jct_vs_load(runs["load_sweep"]), "jct_vs_load")']),
+    "kv_budget": ("KV-cache budget sensitivity", ["kv_budget"], ['show(figures.kv_budget(runs["kv_budget"]), "kv_budget")']),
+    "ablation": ("Ablation on MetaGPT-TL", ["ablation"], [
         """df = runs["ablation"]
-display.claims_display(tables.ablation_rows(df, tables.load_claims())) if len(df) else None""",
+display.claims_display(tables.ablation_rows(df, tables.load_claims()))""",
         'show(figures.ablation(df), "ablation")',
     ]),
-    "overhead": ("TOPAS decision overhead (wall clock)", [
+    "overhead": ("TOPAS decision overhead (wall clock)", ["overhead"], [
         """df = runs["overhead"]
-df[["arrival_rate", "seed", "decision_ms_mean", "decision_ms_p99", "decision_overhead_fraction"]] if len(df) else None""",
-        'show(figures.overhead(df), "wallclock/overhead")',
+df[["arrival_rate", "seed", "decision_ms_mean", "decision_ms_p99", "decision_overhead_fraction"]]""",
+        'show(figures.overhead(df), "overhead")',
     ]),
-    "motivation": ("Motivation: alternating agents shrink the batch", [
+    "motivation": ("Motivation: alternating agents shrink the batch", ["motivation"], [
         """df = runs["motivation"]
-df[["workload", "seed", "mean_batch_size", "makespan_s"]] if len(df) else None""",
+df[["workload", "seed", "mean_batch_size", "makespan_s"]]""",
         'show(figures.motivation(df), "motivation")',
+    ]),
+    "regime": ("Regime map: where TOPAS wins, ties and loses", ["regime"], [
+        """cells = regime.cells(runs["regime"])
+regime.readable_table(cells)""",
+        "regime.verdict_summary(cells)",
+        'show(regime.heatmap(runs["regime"]), "regime")',
     ]),
 }
 
 
-def build(name: str, title: str, cells: list[str]) -> nbf.NotebookNode:
+def build(name: str, title: str, needed: list[str], cells: list[str]) -> nbf.NotebookNode:
     nb = nbf.v4.new_notebook()
     params = nbf.v4.new_code_cell(PARAMETERS)
     params.metadata["tags"] = ["parameters"]
     nb.cells = [nbf.v4.new_markdown_cell(f"# {title}\n\nRegenerated from the run outputs (`runs/`, `make reproduce`) "
                                          "with the report's code (analysis/). Parameters below; re-run with *Run All*."),
-                params, nbf.v4.new_code_cell(SETUP), *[nbf.v4.new_code_cell(c) for c in cells]]
+                params, nbf.v4.new_code_cell(SETUP.format(needed=needed)), *[nbf.v4.new_code_cell(c) for c in cells]]
     for i, c in enumerate(nb.cells):  # stable ids: regenerating does not churn the diff
         c["id"] = f"{name}-{i}"
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -105,11 +99,16 @@ def execute(nb: nbf.NotebookNode, timeout: int = 600) -> nbf.NotebookNode:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--execute", action="store_true", help="run each notebook on runs/ and save it with its outputs")
+    ap.add_argument("--execute", nargs="?", const=str(ROOT / "analysis" / "results" / "notebooks"), default=None,
+                    metavar="OUT", help="also run each notebook on runs/ and write it, with its outputs, to OUT "
+                                        "(default analysis/results/notebooks/, not committed)")
     a = ap.parse_args()
-    for name, (title, cells) in NOTEBOOKS.items():
-        nb = build(name, title, cells)
-        nbf.write(execute(nb) if a.execute else nb, HERE / f"{name}.ipynb")
+    for name, spec in NOTEBOOKS.items():
+        nb = build(name, *spec)
+        nbf.write(nb, HERE / f"{name}.ipynb")
+        if a.execute:
+            Path(a.execute).mkdir(parents=True, exist_ok=True)
+            nbf.write(execute(nb), Path(a.execute) / f"{name}.ipynb")
         print("wrote", name)
 
 

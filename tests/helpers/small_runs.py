@@ -23,6 +23,8 @@ SMALL = {
                  for p in ("paper", "load")],
     "motivation": [[f"workload={w}", "scheduler=fcfs", f"seed={k}", "workload.num_tasks=10"]
                    for w in ("motivation_alternating", "motivation_grouped") for k in (0, 1)],
+    "regime": [["+regime_point=dag4_load0.5", f"backend.host_cache_ratio={h}", f"scheduler={s}", f"seed={k}",
+                "workload.num_tasks=5"] for h in ("2.0", "0") for s in ("parrot_fcfs", "topas") for k in (0, 1)],
 }
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from topas.fidelity.metrics import METRICS, task_jct
+from topas.fidelity.metrics import METRICS
 
 GOAL = {"jct_mean": 0.10, "jct_p99": 0.20}
 
@@ -89,43 +89,10 @@ def settings_text(result: Mapping[str, Any]) -> str:
 
 
 def jct_figure(result: Mapping[str, Any], path: Path) -> Path | None:
-    import matplotlib
+    """The sim-vs-real JCT scatter, drawn in the analysis figures' style (analysis/figures_fidelity.py)."""
+    from analysis.figures_fidelity import save_fidelity_jct
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cells = result["cells"]
-    if not cells:
-        return None
-    workloads = list(dict.fromkeys(c["workload"] for c in cells))
-    policies = list(dict.fromkeys(c["scheduler"] for c in cells))
-    colors = {p: plt.get_cmap("tab10")(i) for i, p in enumerate(policies)}
-    fig, axes = plt.subplots(1, len(workloads), figsize=(4.6 * len(workloads), 4.4), squeeze=False)
-    for ax, w in zip(axes[0], workloads):
-        hi = 0.0
-        for c in (c for c in cells if c["workload"] == w):
-            for k, rd in enumerate(c["real_dirs"]):
-                real = task_jct(rd)
-                if c.get("sim_scaled_dirs"):
-                    sim = task_jct(c["sim_scaled_dirs"][k]).reindex(real.index)
-                    ax.scatter(real, sim, s=14, alpha=0.7, color=colors[c["scheduler"]],
-                               label=f"{c['scheduler']} (scaled)" if k == 0 else None)
-                raw = task_jct(c["sim_dir"]).reindex(real.index)
-                ax.scatter(real, raw, s=14, marker="x", alpha=0.35, color=colors[c["scheduler"]],
-                           label=f"{c['scheduler']} (profile)" if k == 0 else None)
-                hi = max(hi, float(real.max()), float(raw.max()))
-        ax.plot([0, hi * 1.05], [0, hi * 1.05], color="black", lw=1, label="y = x")
-        ax.set_xlim(0, hi * 1.05)
-        ax.set_ylim(0, hi * 1.05)
-        ax.set_title(f"{w}: JCT per task")
-        ax.set_xlabel("real SGLang server (s)")
-        ax.set_ylabel("simulator (s)")
-        ax.legend(fontsize=7, loc="upper left")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_fidelity_jct(result, path)
 
 
 def write_report(result: Mapping[str, Any], out: Path) -> dict[str, Path]:
