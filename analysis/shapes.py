@@ -5,7 +5,7 @@ lowest mean JCT over the cell's seeds among the baselines (the paper's and the e
 analysis/paper_claims.yaml) and TOPAS, X left out; the reference rows (REFERENCE) are compared but
 are never anyone's best. X's value in the cell is the paired per-seed change (X - best) / best with
 its 95% Student-t CI (analysis.tables.paired_change); a win (loss) when the CI lies below (above)
-zero, a tie otherwise (analysis.regime.verdict). For TOPAS the others are the baselines only, so
+zero, a tie otherwise, n/a below 3 seeds (no CI: the protocol's rule). For TOPAS the others are the baselines only, so
 its row is "TOPAS vs the best baseline".
 """
 
@@ -20,7 +20,13 @@ from matplotlib.figure import Figure
 
 from analysis import display, style, tables
 from analysis.figures import finish, new_figure
-from analysis.regime import verdict
+
+
+def verdict(change: float, ci: float, n: int) -> str:
+    """win / loss when the 95% CI of the paired change excludes 0, tie otherwise; n/a below 3 seeds (no CI)."""
+    if n < 3 or math.isnan(ci):
+        return "n/a"
+    return "win" if change + ci < 0 else "loss" if change - ci > 0 else "tie"
 
 REFERENCE = ("phase_batch_nolimit",)  # labelled reference rows: compared, never the best of the others
 VERDICT_COLORS = {"win": "#2a9d3f", "tie": "0.55", "loss": "#d62728", "n/a": "0.85"}
@@ -147,7 +153,7 @@ def figure(c: pd.DataFrame, runs: pd.DataFrame, x: str = "topas") -> Figure | No
         ids = shapes[r.structure]
         pos = structures.index(r.structure) + 0.7 * ((ids.index(r.shape) + 0.5) / len(ids) - 0.5)
         pos += {0.5: -0.03, 0.8: 0.0, 1.1: 0.03}.get(r.load, 0.0)
-        err = r.ci * 100 if r.ci == r.ci else 0.0
+        err = r.ci * 100 if r.ci == r.ci and r.seeds >= 3 else 0.0  # below 3 seeds: no CI drawn
         ax.errorbar(pos, r.change * 100, yerr=err, fmt=LOAD_MARKERS.get(r.load, "D"), color=VERDICT_COLORS[r.verdict],
                     ms=5, elinewidth=0.8, capsize=0)
     ax.axhline(0, color="0.3", lw=0.8)
