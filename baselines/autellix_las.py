@@ -49,8 +49,7 @@ from typing import Literal
 
 import networkx as nx
 
-from topas.checks import check_ranges
-from topas.policy import Decision, Policy, RequestFinished, RequestInfo, SchedulerView, register_policy
+from topas.policy import Decision, Policy, RequestFinished, RequestInfo, SchedulerView, check_ranges, register_policy
 from topas.policy.estimates import Prior, ServiceEstimator
 from topas.policy.events import Event
 from topas.workflow import WorkflowTemplate

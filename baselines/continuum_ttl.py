@@ -42,8 +42,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from baselines.kvflow import safe_pins
-from topas.checks import check_ranges
-from topas.policy import Decision, Policy, RequestFinished, RequestReady, SchedulerView, register_policy
+from topas.policy import Decision, Policy, RequestFinished, RequestReady, SchedulerView, check_ranges, register_policy
 from topas.policy.estimates import Prior, ServiceEstimator
 from topas.policy.events import Event
 from topas.policy.progress import active_stage_counts, remaining_calls

@@ -44,8 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topas.checks import check_ranges
-from topas.policy import Decision, Policy, RequestInfo, Residency, SchedulerView, register_policy
+from topas.policy import Decision, Policy, RequestInfo, Residency, SchedulerView, check_ranges, register_policy
 from topas.policy.estimates import Prior, ServiceEstimator
 from topas.policy.events import Event
 from topas.policy.progress import active_stage_counts, remaining_calls, steps_to_execution

@@ -30,8 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Literal
 
-from topas.checks import check_ranges
-from topas.policy import Decision, Policy, RequestInfo, SchedulerView, register_policy
+from topas.policy import Decision, Policy, RequestInfo, SchedulerView, check_ranges, register_policy
 from topas.policy.estimates import Prior, ServiceEstimator
 from topas.policy.events import Event
 from topas.policy.progress import (

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from topas.policy import check_ranges  # a RangeError names the field (scheduler.params.<field> at start)
+
 
 @dataclass(frozen=True)
 class TopasParams:
@@ -23,8 +25,6 @@ class TopasParams:
     # groups are ranked by the demand they serve (docs/topas.md, "Consolidation by demand"); >= 1: never
 
     def __post_init__(self) -> None:
-        from topas.checks import check_ranges  # a RangeError names the field (scheduler.params.<field> at start)
-
         check_ranges(self, h_age="> 0", M=">= 0", K="> 0", beta=">= 0", rho=">= 0", preempt_margin=">= 0",
                      overdue_factor=">= 0", consolidate_share=">= 0", tie_temperature=">= 0", wait_ewma="in (0, 1]",
                      prior_output_tokens="> 0")

@@ -6,7 +6,7 @@
 A `Problem` is one decision's search problem: the KV budget, the kept running requests' KV, every agent of
 the active pool as an `AgentOption`, the scored waiting calls (agent, task, d_r) and each task's admission
 chain, and the preemption candidates (`RunningOption`, built on demand). A `Plan` is a candidate
-post-decision state (R', Q') with the score breakdown of score.py.
+post-decision state (R', Q') with its `ScoreBreakdown`, every term of the score that score.py computes.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
-
-from topas.scheduler.score import ScoreBreakdown
 
 Chain = Sequence[tuple[str, float]]  # [(rid, age-weighted marginal gain)] of one task, in admission order
 
@@ -70,6 +68,24 @@ class Candidates(Sequence):
         if opt is None:
             opt = self._made[i] = self._build(self._order[i])
         return opt
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreBreakdown:
+    """Every term of a state's score (seconds). `j_admit` is age-weighted; `aging` is the part of it that
+    aging adds (J_admit less the plain path drops of the admitted calls)."""
+
+    j_admit: float = 0.0
+    aging: float = 0.0
+    j_move: float = 0.0
+    v_reuse: float = 0.0
+    j_redo: float = 0.0
+    j_revoke: float = 0.0
+    margin: float = 0.0  # preempt_margin x (J_redo + J_revoke): hysteresis against preemption thrash
+
+    @property
+    def total(self) -> float:
+        return self.j_admit - self.j_move + self.v_reuse - (self.j_redo + self.j_revoke + self.margin)
 
 
 @dataclass

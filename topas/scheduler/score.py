@@ -3,7 +3,7 @@
     Score = J_admit - J_move - J_redo - J_revoke - margin + V_reuse
 
 The terms are pure functions; `score_state` is the one place a state's score is computed, with every term
-in a `ScoreBreakdown` (aging included: J_admit's age-weighted sum beside the sum of the plain path drops).
+in a `ScoreBreakdown` (problem.py; aging included: J_admit's age-weighted sum beside the sum of the plain path drops).
 The search, the preemption repair and the tests all call it.
 """
 
@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the problem's types (problem.py imports this module for ScoreBreakdown)
-    from topas.scheduler.problem import Problem, RunningOption
+from topas.scheduler.problem import Problem, RunningOption, ScoreBreakdown
 
 
 def aging(now: float, arrival: float, rho: float, h_age: float) -> float:
@@ -47,24 +44,6 @@ def j_revoke(credits: Iterable[float]) -> float:
 def v_reuse(resident: Iterable[tuple[int, float]], beta: float) -> float:
     """beta x sum over kept prefixes of (one-hop downstream stages about to become ready) x reload seconds."""
     return beta * sum(n * t for n, t in resident)
-
-
-@dataclass(frozen=True, slots=True)
-class ScoreBreakdown:
-    """Every term of a state's score (seconds). `j_admit` is age-weighted; `aging` is the part of it that
-    aging adds (J_admit less the plain path drops of the admitted calls)."""
-
-    j_admit: float = 0.0
-    aging: float = 0.0
-    j_move: float = 0.0
-    v_reuse: float = 0.0
-    j_redo: float = 0.0
-    j_revoke: float = 0.0
-    margin: float = 0.0  # preempt_margin x (J_redo + J_revoke): hysteresis against preemption thrash
-
-    @property
-    def total(self) -> float:
-        return self.j_admit - self.j_move + self.v_reuse - (self.j_redo + self.j_revoke + self.margin)
 
 
 def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gains: Mapping[str, float], mem: int,
