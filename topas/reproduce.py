@@ -49,7 +49,10 @@ import time
 from pathlib import Path
 
 import yaml
+from omegaconf import OmegaConf
 from tqdm import tqdm
+
+import topas.scheduler_sets  # noqa: F401 - the `scheduler_set` resolver of the sweep lists
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT_DIR = ROOT / "conf" / "experiment"
@@ -90,6 +93,7 @@ def _sweep_values(name: str) -> dict[str, str]:
         if isinstance(parent, str) and parent != "_self_":
             params.update(_sweep_values(parent))
     own = ((cfg.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+    own = OmegaConf.to_container(OmegaConf.create(own), resolve=True)  # a named scheduler set: its list
     return {**params, **{k: str(v) for k, v in own.items()}}
 
 

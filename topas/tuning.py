@@ -26,6 +26,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from topas.scheduler_sets import REFERENCES
+
 WORKLOADS = ("chain3", "dag4", "dag10_wide")
 SEEDS = (100, 101)
 LOAD = 0.7
@@ -58,7 +60,7 @@ PARAM_GRIDS: dict[str, list[dict[str, Any]]] = {
     "continuum_ttl": _grid(eta=[1.0, 0.5, 0.0], max_pin_fraction=[0.5, 0.3], stop_at_first_misfit=[True, False]),
     "phase_batch": _grid(starvation_limit_s=[600.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 900.0, 1800.0, "inf"]),
 }
-NOT_TUNED = {"phase_batch_nolimit": "the labelled no-limit reference of phase_batch"}
+NOT_TUNED = {name: "a labelled reference row (topas/scheduler_sets.py REFERENCES)" for name in REFERENCES}
 
 
 def tuned_schedulers() -> dict[str, list[dict[str, Any]]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from topas.policy import check_ranges  # a RangeError names the field (scheduler.params.<field> at start)
+from topas.policy.estimates import PRIOR_OUTPUT_TOKENS
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,7 @@ class TopasParams:
     use_reuse: bool = True  # ablation switch (topas_no_reuse, topas_base)
     tie_temperature: float = 0.25  # smooth-max temperature as a fraction of W
     wait_ewma: float = 0.2  # smoothing of the observed queueing delay W
-    prior_output_tokens: float = 256.0  # workload-independent prior (docs/policy_contract.md)
+    prior_output_tokens: float = PRIOR_OUTPUT_TOKENS  # workload-independent prior (docs/policy_contract.md)
     preempt_margin: float = 2.0  # hysteresis (tuned): preempt only for a gain above (1 + margin) x (redo + revoke)
     overdue_factor: float = 2.0  # a call waiting longer than this x max(W, its expected service) is scored outside R'
     consolidate_share: float = 0.65  # above this share of the pool locked by running calls' prefixes, the plan's agent
