@@ -1,9 +1,9 @@
 """The data that flows through TOPAS's decision pipeline (docs/topas.md, "The pipeline"):
 
-    estimates -> Problem (the scored calls, the agent options, the budget) -> candidate states (Plan)
+    estimates -> Problem (the scored calls, the agent options, the KV pool) -> candidate states (Plan)
     -> the chosen Plan -> admission order -> pins
 
-A `Problem` is one decision's search problem: the KV budget, the kept running requests' KV, every agent of
+A `Problem` is one decision's search problem: the device KV pool B (`kv_pool_tokens`), the kept running requests' KV, every agent of
 the active pool as an `AgentOption`, the scored waiting calls (agent, task, d_r) and each task's admission
 chain, and the preemption candidates (`RunningOption`, built on demand). A `Plan` is a candidate
 post-decision state (R', Q') with its `ScoreBreakdown`, every term of the score that score.py computes.
@@ -90,7 +90,7 @@ class ScoreBreakdown:
 
 @dataclass
 class Problem:
-    budget: int  # B
+    kv_pool_tokens: int  # B, the device KV pool (the view's kv_pool_tokens)
     base_tokens: int  # KV of the running requests that are kept
     agents: Mapping[str, AgentOption]
     request_agent: Mapping[str, str]

@@ -50,7 +50,7 @@ def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gain
                 preempt: Sequence[RunningOption] = ()) -> ScoreBreakdown:
     """The score of the state (R' = resident, Q' = the kept running calls + `admit` - `preempt`), holding
     `mem` tokens. J_move: every prefix in R' not on the GPU moves in, charged once per admitted task that uses
-    it; prefixes left out of R' move out only for the tokens the batch needs beyond the budget. J_redo and
+    it; prefixes left out of R' move out only for the tokens the batch needs beyond the pool. J_redo and
     J_revoke: of the preempted calls, with the preemption margin on top."""
     agents = p.agents
     on_gpu, reuse = p.agent_terms()
@@ -60,7 +60,7 @@ def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gain
         tasks_of.setdefault(p.request_agent[rid], set()).add(p.request_task[rid])
     moves = [(agents[a].move_in_s, len(tasks_of.get(a, ()))) for a in in_order if not agents[a].on_gpu]
     out_tokens = sum([n for a, n in on_gpu if a not in resident])
-    overflow = min(out_tokens, max(mem + out_tokens - p.budget, 0))
+    overflow = min(out_tokens, max(mem + out_tokens - p.kv_pool_tokens, 0))
     moves.append((overflow * p.swap_s_per_token, 1))
     redo = revoke = 0.0
     for r in preempt:
