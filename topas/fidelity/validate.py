@@ -93,8 +93,8 @@ def build_traces(s: Setup) -> dict[str, Path]:
     from dataclasses import replace
 
     from topas.config import validate
-    from topas.engines.sglang.client.scaling import scale_trace
     from topas.workloads import build_trace, dump_trace
+    from topas.workloads.scaling import scale_trace
 
     paths = {}
     for w in s.workloads:
