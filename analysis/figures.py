@@ -25,9 +25,10 @@ from matplotlib.ticker import FixedLocator, FuncFormatter
 from analysis import style, tables
 from analysis.display import fmt_value
 from analysis.load import load_timeline
+from topas.scheduler_sets import baselines, scheduler_set
 
 sns.set_theme(style="whitegrid", context="paper")
-PAPER_SET = ["fcfs", "lpm", "parrot_fcfs", "autellix_las", "spf", "topas"]
+PAPER_SET = list(scheduler_set("paper"))  # the paper's schedulers (topas/scheduler_sets.py)
 PAPER_KW = {"color": style.PAPER_COLOR, "ls": "--", "lw": 1.6}
 
 
@@ -72,7 +73,7 @@ def _claim(claims: dict[str, Any], kind: str, workload: str, metric: str) -> dic
 def paper_implied(df: pd.DataFrame, claims: dict[str, Any], workload: str, metric: str) -> tuple[float, str, float] | None:
     """(best paper-set baseline's mean x (1 + the paper's change), that baseline, the paper's change)."""
     c = _claim(claims, "reduction", workload, metric)
-    best = tables.best_baseline(df, workload, metric, claims["paper_baselines"])
+    best = tables.best_baseline(df, workload, metric, list(baselines("paper")))
     if c is None or best is None:
         return None
     base = df[(df["workload"] == workload) & (df["scheduler"] == best)][metric].mean()
@@ -123,7 +124,7 @@ def main_jct(df: pd.DataFrame, claims: dict[str, Any] | None = None) -> Figure |
     axes = fig.subplots(2, len(ws), squeeze=False, sharey=True)
     for row, metric in enumerate(("jct_mean", "jct_p99")):
         for ax, w in zip(axes[row], ws):
-            best = tables.best_baseline(df, w, metric, claims["paper_baselines"])
+            best = tables.best_baseline(df, w, metric, list(baselines("paper")))
             if best is None:
                 ax.set_visible(False)
                 continue

@@ -12,13 +12,12 @@ from matplotlib.lines import Line2D
 
 from analysis import style
 from analysis.figures import finish, new_figure
+from analysis.load import task_jct
 
 
 def fidelity_jct(result: Mapping[str, Any]) -> Figure | None:
     """Per workload: each task's JCT on the simulator against the real server (filled: the profile scaled to the
     run's machine speed; crosses: the profile as measured), the y = x line."""
-    from topas.fidelity.metrics import task_jct
-
     cells = result.get("cells") or []
     if not cells:
         return None

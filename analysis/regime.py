@@ -17,8 +17,9 @@ from matplotlib.figure import Figure
 
 from analysis import display, latex, style, tables
 from analysis.figures import finish, new_figure
+from topas.scheduler_sets import baselines
 
-BASELINES = ["parrot_fcfs", "spf", "lpm", "phase_batch"]  # the baselines that are ever the best
+BASELINES = list(baselines("regime"))  # the baselines that are ever the best (topas/scheduler_sets.py)
 METRICS = ("jct_mean", "jct_p99")
 PAPER = "paper"  # the point of a run at an absolute rate (the paper's), not a load
 KEYS = ["workload", "host", "pool", "point"]

@@ -17,6 +17,7 @@ import pandas as pd
 from analysis import display, figures, figures_cdf, regime, report_tables, shapes, tables
 from analysis.figures_claims import paper_vs_ours
 from analysis.load import ROOT, load_experiment
+from topas.scheduler_sets import baselines
 
 EXPERIMENTS = ("main", "load_sweep", "kv_budget", "ablation", "overhead", "motivation", "regime", "shapes")
 WALLCLOCK_CLAIMS = ("overhead_ms", "overhead_fraction")
@@ -119,11 +120,11 @@ def make_figures(runs: dict[str, pd.DataFrame], verdicts: pd.DataFrame, claims: 
         "paper_vs_ours": paper_vs_ours(verdicts[~timed] if len(verdicts) else verdicts, main),
     }
     if not runs["shapes"].empty:
-        figs["shapes"] = shapes.figure(shapes.cells(runs["shapes"], claims["paper_baselines"] + claims["extra_baselines"],
+        figs["shapes"] = shapes.figure(shapes.cells(runs["shapes"], list(baselines("full")),
                                                     ["topas"]), runs["shapes"])
     if not main.empty:
         for w in ("metagpt_tl", "dag4"):
-            best = tables.best_baseline(main, w, "jct_mean", claims["paper_baselines"])
+            best = tables.best_baseline(main, w, "jct_mean", list(baselines("paper")))
             if best:
                 figs[f"timeline_{w}"] = figures.timeline(main, w, best)
     return {k: f for k, f in figs.items() if f is not None}
@@ -145,7 +146,7 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
     if not main.empty:
         written["main_jct"] = report_tables.main_tables(main, failed[failed["experiment"] == names["main"]], t)
         _regeneration_sample(main, out)
-        best = {tables.best_baseline(main, w, "jct_mean", claims["paper_baselines"]) for w in set(main["workload"])}
+        best = {tables.best_baseline(main, w, "jct_mean", list(baselines("paper"))) for w in set(main["workload"])}
         written["breakdown"] = report_tables.breakdown_table(main, sorted(best | {"topas", "fcfs"}), t)
     written["regime"] = report_tables.regime_table(runs["regime"], t)
     verdicts = claim_verdicts(runs, claims)
@@ -157,7 +158,7 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
             display.write_table(out / "wallclock", "claims_wallclock", display.claims_display(verdicts[timed]),
                                 "The paper's overhead claims (wall clock, this machine)",
                                 "Decision time of TOPAS in wall-clock milliseconds: machine-dependent, so not committed.")
-    shape_cells, shape_standings = shapes.write(runs["shapes"], t, claims["paper_baselines"] + claims["extra_baselines"])
+    shape_cells, shape_standings = shapes.write(runs["shapes"], t, list(baselines("full")))
     if not shape_cells.empty:
         written["shapes"] = shapes.cell_table(shape_cells)
         if not verdicts.empty:  # claims.md was written above: its shape-family section follows the regime map's

@@ -1,24 +1,21 @@
 """One look for every figure: a fixed colour and marker per scheduler, readable names, and the
 caption line (model, GPU, load, seeds, tasks).
 
-Colours follow the scheduler registry (topas/policy/registry.py) in a stable order: the paper's
-schedulers as the load sweep lists them (conf/experiment/load_sweep.yaml), then every other
-registered name sorted. A scheduler therefore keeps its colour in every figure, whatever subset
-it shows, and a new scheduler gets its slot without an edit here.
+Colours follow the named scheduler sets (topas/scheduler_sets.py) in a stable order: the `paper` set
+in the paper's order, then every other scheduler of the project sorted. A scheduler therefore keeps its
+colour in every figure, whatever subset it shows, and a new scheduler gets its slot without an edit here.
+No policy is imported: the sets are names.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
 import pandas as pd
 import seaborn as sns
-import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-# its explicit scheduler list is the paper's set, in the paper's order (main.yaml sweeps every scheduler)
-PAPER_EXPERIMENT = ROOT / "conf" / "experiment" / "load_sweep.yaml"
+from topas.scheduler_sets import every_scheduler, scheduler_set
+
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "d", "H", "8"]
 PAPER_COLOR = "black"  # the paper's published values, in every figure
 CI_NOTE = "error bars: 95% Student-t CI over seeds"
@@ -48,19 +45,14 @@ GPU_LABELS = {"a100_80gb": "A100-80GB", "h100_80gb": "H100-80GB", "h200": "H200"
 
 @lru_cache(maxsize=1)
 def scheduler_order() -> tuple[str, ...]:
-    """Registered schedulers: the paper's set first (load_sweep.yaml's list, in its order), then the rest sorted."""
-    from topas.policy.registry import policy_names  # imports baselines and topas.scheduler: registers them
-    from topas.sweep import sweep_choices
-
-    registered = policy_names()
-    listed = sweep_choices("scheduler", yaml.safe_load(PAPER_EXPERIMENT.read_text())["hydra"]["sweeper"]["params"]["scheduler"])
-    first = [s for s in listed if s in registered]
-    return tuple(first + sorted(set(registered) - set(first)))
+    """Every scheduler: the paper's set first (in its order), then the rest sorted."""
+    first = list(scheduler_set("paper"))
+    return tuple(first + sorted(set(every_scheduler()) - set(first)))
 
 
 def _index(name: str) -> int:
     order = scheduler_order()
-    # an unregistered name (a run of removed code) still gets a stable slot after the registered ones
+    # an unknown name (a run of removed code) still gets a stable slot after the known ones
     return order.index(name) if name in order else len(order) + sum(map(ord, name)) % 8
 
 

@@ -23,6 +23,8 @@ import pandas as pd
 import yaml
 from scipy import stats
 
+from topas.scheduler_sets import baselines
+
 CLAIMS = Path(__file__).resolve().parent / "paper_claims.yaml"
 WORKLOAD_ORDER = ["chain3", "dag4", "dag10_wide", "metagpt_sop", "metagpt_tl"]
 VERDICTS = ("reproduced", "direction only", "inconclusive", "contradicted")
@@ -115,7 +117,7 @@ def paired_change(df: pd.DataFrame, workload: str, metric: str, a: str, b: str) 
 def reduction_rows(df: pd.DataFrame, claims: dict[str, Any], target: str = "topas", experiment: str = "main") -> pd.DataFrame:
     """Claims of kind reduction/increase whose source experiment is `experiment` (runs in `df`)."""
     rows = []
-    sets = {"paper set": claims["paper_baselines"], "full set": claims["paper_baselines"] + claims["extra_baselines"]}
+    sets = {"paper set": list(baselines("paper")), "full set": list(baselines("full"))}
     for c in claims["claims"]:
         if c["kind"] not in ("reduction", "increase") or c.get("experiment", "main") != experiment:
             continue

@@ -49,9 +49,8 @@ from typing import Literal
 
 import networkx as nx
 
-from topas.checks import check_ranges
-from topas.policy import Decision, Policy, RequestFinished, RequestInfo, SchedulerView, register_policy
-from topas.policy.estimates import Prior, ServiceEstimator
+from topas.policy import Decision, Policy, RequestFinished, RequestInfo, SchedulerView, check_ranges, register_policy
+from topas.policy.estimates import PRIOR_OUTPUT_TOKENS, Prior, ServiceEstimator
 from topas.policy.events import Event
 from topas.workflow import WorkflowTemplate
 
@@ -106,7 +105,7 @@ class AutellixLAS(Policy):
         starvation_ratio: float = 8.0  # beta: promote to Q_1 when W / T >= beta
         preempt: bool = True
         max_preempt_per_decision: int = 1
-        prior_output_tokens: float = 256.0  # estimates for the preemption memory check only
+        prior_output_tokens: float = PRIOR_OUTPUT_TOKENS  # estimates for the preemption memory check only
         stop_at_first_misfit: bool = True  # vLLM's (Autellix's base) admission stops at the first misfit
 
         def __post_init__(self) -> None:

@@ -42,9 +42,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from baselines.kvflow import safe_pins
-from topas.checks import check_ranges
-from topas.policy import Decision, Policy, RequestFinished, RequestReady, SchedulerView, register_policy
-from topas.policy.estimates import Prior, ServiceEstimator
+from topas.policy import Decision, Policy, RequestFinished, RequestReady, SchedulerView, check_ranges, register_policy
+from topas.policy.estimates import PRIOR_OUTPUT_TOKENS, Prior, ServiceEstimator
 from topas.policy.events import Event
 from topas.policy.progress import active_stage_counts, remaining_calls
 
@@ -86,7 +85,7 @@ class ContinuumTTL(Policy):
         queue_window: int = 100  # calls in the sliding-window mean queueing delay T (our choice)
         sample_window: int = 1000  # pauses kept per agent (our choice)
         max_pin_fraction: float = 0.5  # deadlock guard: pinned prefix tokens <= this fraction of the pool
-        prior_output_tokens: float = 256.0  # KV-headroom estimate for new pins only
+        prior_output_tokens: float = PRIOR_OUTPUT_TOKENS  # KV-headroom estimate for new pins only
         stop_at_first_misfit: bool = True  # vLLM (Continuum's base) admission stops at the first misfit
 
         def __post_init__(self) -> None:

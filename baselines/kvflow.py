@@ -44,9 +44,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topas.checks import check_ranges
-from topas.policy import Decision, Policy, RequestInfo, Residency, SchedulerView, register_policy
-from topas.policy.estimates import Prior, ServiceEstimator
+from topas.policy import Decision, Policy, RequestInfo, Residency, SchedulerView, check_ranges, register_policy
+from topas.policy.estimates import PRIOR_OUTPUT_TOKENS, Prior, ServiceEstimator
 from topas.policy.events import Event
 from topas.policy.progress import active_stage_counts, remaining_calls, steps_to_execution
 
@@ -144,7 +143,7 @@ class KVFlow(Policy):
         lookahead: int = 1  # pin / prefetch agents due within this many steps (KVFlow prefetches the next step)
         hold_steps: int | None = None  # never offload agents within this many steps (None = lookahead)
         max_pin_fraction: float = 0.5  # harness guard: pinned prefix tokens <= this fraction of the pool
-        prior_output_tokens: float = 256.0  # demand estimate only
+        prior_output_tokens: float = PRIOR_OUTPUT_TOKENS  # demand estimate only
         stop_at_first_misfit: bool = True  # SGLang FCFS admission
 
         def __post_init__(self) -> None:

@@ -30,8 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from topas.checks import check_ranges
-from topas.policy import Decision, Policy, RequestInfo, SchedulerView, register_policy
+from topas.policy import Decision, Policy, RequestInfo, SchedulerView, check_ranges, register_policy
 
 
 def sglang_queue_order(waiting: Iterable[RequestInfo], previous: Iterable[str]) -> list[RequestInfo]:

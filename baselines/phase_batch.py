@@ -31,8 +31,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from topas.checks import check_ranges
-from topas.policy import Decision, Policy, RequestInfo, SchedulerView, register_policy
+from topas.policy import Decision, Policy, RequestInfo, SchedulerView, check_ranges, register_policy
 
 
 def task_arrival_order(calls: Iterable[RequestInfo]) -> list[RequestInfo]:

@@ -30,9 +30,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Literal
 
-from topas.checks import check_ranges
-from topas.policy import Decision, Policy, RequestInfo, SchedulerView, register_policy
-from topas.policy.estimates import Prior, ServiceEstimator
+from topas.policy import Decision, Policy, RequestInfo, SchedulerView, check_ranges, register_policy
+from topas.policy.estimates import PRIOR_OUTPUT_TOKENS, Prior, ServiceEstimator
 from topas.policy.events import Event
 from topas.policy.progress import (
     active_stage_counts,
@@ -85,7 +84,7 @@ class SPF(Policy):
     @dataclass(frozen=True)
     class Params:
         granularity: Literal["task", "request"] = "task"  # task = SRPT over tasks (the paper's SPF on Chain-3)
-        prior_output_tokens: float = 256.0  # workload-independent prior (docs/policy_contract.md)
+        prior_output_tokens: float = PRIOR_OUTPUT_TOKENS  # workload-independent prior (docs/policy_contract.md)
         prior_weight: float = 1.0
         batch_size: int = 16  # typical decode batch used to turn tokens into seconds
         context_tokens: int = 4096  # typical context of that batch

@@ -1,8 +1,7 @@
-"""One source of truth for scheduler parameters: a scheduler's code defaults (its Params dataclass)
-and its config file (conf/scheduler/<name>.yaml) may differ only where the file says so. A value
-that differs from the code default must be marked `# tuned (default X)` with X the code default;
-a value marked `(default X)` must name the code's default. So neither can drift silently.
-Backend options likewise (below): a backend file never differs from its schema's defaults."""
+"""One source for every default: a scheduler's parameters are its Params dataclass, composed into its config
+(`scheduler/schema/<name>`, topas.policy.registry.config_node, stored by hydra_plugins/topas_conf);
+conf/scheduler/<name>.yaml adds only the values the tuning sweep chose (topas.tuning.PARAM_GRIDS), each marked
+with its tuning table. Backend options likewise (below): a backend file never differs from its schema's defaults."""
 
 from __future__ import annotations
 
@@ -13,49 +12,69 @@ from pathlib import Path
 import pytest
 import yaml
 
-import baselines  # noqa: F401  (registers the baselines)
-import topas.scheduler  # noqa: F401  (registers TOPAS and its ablations)
-from topas.policy.registry import builtin_policy_names, policy_class
+from topas.policy.registry import builtin_policy_names, config_node, parent_policy, policy_class
+from topas.tuning import PARAM_GRIDS
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "scheduler"
-_PARAM = re.compile(r"^\s+(\w+):\s*[^#\n]*?(?:#(?P<comment>.*))?$")
-_DEFAULT = re.compile(r"\(default ([^)]+)\)")
+TUNING_TABLE = "analysis/results/tuning/tuning.md"
+_PARAM = re.compile(r"^\s+(\w+):[^#\n]*(?:#(?P<comment>.*))?$")
+
+
+def _compose(name: str) -> dict:
+    from omegaconf import OmegaConf
+
+    from topas.sweep import compose_config
+
+    return OmegaConf.to_container(compose_config([f"scheduler={name}"]).scheduler)
 
 
 def _comments(path: Path) -> dict[str, str]:
-    out, in_params = {}, False
-    for line in path.read_text().splitlines():
-        if line.startswith("params:"):
-            in_params = True
-            continue
-        if in_params and line and not line[0].isspace():
-            in_params = False
-        m = _PARAM.match(line) if in_params else None
+    """The comment of each `params:` entry of a scheduler file."""
+    lines = path.read_text().splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("params:")), len(lines))
+    out = {}
+    for ln in lines[start + 1:]:
+        if ln and not ln[0].isspace():
+            break
+        m = _PARAM.match(ln)
         if m:
             out[m.group(1)] = m.group("comment") or ""
     return out
 
 
 @pytest.mark.parametrize("name", builtin_policy_names())
-def test_config_values_differ_from_code_defaults_only_where_marked(name):
+def test_a_scheduler_file_composes_its_defaults_and_holds_its_tuned_values_only(name):
     path = CONF / f"{name}.yaml"
-    params = (yaml.safe_load(path.read_text()) or {}).get("params") or {}
-    schema = getattr(policy_class(name), "Params", None)
-    if schema is None or not dataclasses.is_dataclass(schema):
-        assert not params, f"{path.name}: parameters for a scheduler without any"
-        return
-    defaults = {f.name: getattr(schema(), f.name) for f in dataclasses.fields(schema)}
+    data = yaml.safe_load(path.read_text()) or {}
+    parent = parent_policy(name)
+    schema = f"schema/{name}@_here_"
+    assert data.get("defaults") == ([parent] if parent else []) + [schema, "_self_"], path.name
+    assert "name" not in data, f"{path.name}: the name comes from its schema node"
+    tuned = {k for grid in PARAM_GRIDS.get(name, []) for k in grid}
+    params = data.get("params") or {}
+    assert set(params) == tuned, f"{path.name}: holds {sorted(params)}, the tuning sweep tunes {sorted(tuned)}"
     comments = _comments(path)
-    for key, value in params.items():
-        assert key in defaults, f"{path.name}: '{key}' is not a parameter of {schema.__qualname__}"
-        said = _DEFAULT.search(comments.get(key, ""))
-        if said:
-            assert yaml.safe_load(said.group(1)) == defaults[key], (
-                f"{path.name}: '{key}' says (default {said.group(1)}) but the code default is {defaults[key]!r}")
-        if value != defaults[key]:
-            assert said and "tuned" in comments[key], (
-                f"{path.name}: '{key}: {value}' differs from the code default {defaults[key]!r} without "
-                "'# tuned (default ...)'")
+    for key in params:
+        assert "tuned" in comments[key] and TUNING_TABLE in comments[key], f"{path.name}: '{key}' names no tuning table"
+
+
+@pytest.mark.parametrize("name", builtin_policy_names())
+def test_a_composed_scheduler_config_is_its_params_defaults_with_the_tuned_values(name):
+    composed = _compose(name)
+    assert composed["name"] == name
+    parent = parent_policy(name)
+    expected = dict(_compose(parent)["params"]) if parent else {}
+    expected.update(config_node(name)["params"])
+    expected.update((yaml.safe_load((CONF / f"{name}.yaml").read_text()) or {}).get("params") or {})
+    assert composed["params"] == expected
+    schema = policy_class(name).Params
+    assert set(composed["params"]) == {f.name for f in dataclasses.fields(schema)}, "every parameter, once"
+
+
+def test_a_variant_changes_only_what_its_params_change():
+    node = config_node("topas_base")
+    assert node == {"name": "topas_base", "params": {"use_aging": False, "use_reuse": False}}
+    assert _compose("topas_base")["params"]["rho"] == _compose("topas")["params"]["rho"]  # the parent's tuned value
 
 
 # ------------------------------------------------------------------ backends

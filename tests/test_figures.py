@@ -10,7 +10,6 @@ import matplotlib.colors
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 from helpers.small_runs import shared_small_runs
 
 from analysis import display, figures, style, tables
@@ -18,17 +17,16 @@ from analysis import display, figures, style, tables
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_scheduler_order_is_the_papers_set_then_the_registry_sorted():
-    from topas.policy.registry import policy_names
-    from topas.sweep import sweep_choices
+def test_scheduler_order_is_the_papers_set_then_every_other_scheduler_sorted():
+    from topas.policy.registry import builtin_policy_names
+    from topas.scheduler_sets import scheduler_set
 
-    listed = yaml.safe_load((ROOT / "conf/experiment/load_sweep.yaml").read_text())["hydra"]["sweeper"]["params"]
-    paper = sweep_choices("scheduler", listed["scheduler"])  # the paper's set, in the paper's order
+    paper = list(scheduler_set("paper"))  # the paper's set, in the paper's order
     assert paper == ["fcfs", "lpm", "parrot_fcfs", "autellix_las", "spf", "topas"]
     order = style.scheduler_order()
     assert list(order[:len(paper)]) == paper
-    assert list(order[len(paper):]) == sorted(set(policy_names()) - set(paper))
-    assert set(order) == set(policy_names())
+    assert list(order[len(paper):]) == sorted(set(builtin_policy_names()) - set(paper))
+    assert set(order) == set(builtin_policy_names())
     assert len({style.color(s) for s in order}) == len(order)  # no two schedulers share a colour
     assert style.ordered(["topas", "fcfs"]) == ["fcfs", "topas"]
 
@@ -81,12 +79,11 @@ def test_the_four_verdicts(ours, ci, n, want):
 
 
 def _claim_rows():
-    claims = {"paper_baselines": ["fcfs", "lpm"], "extra_baselines": ["spf"],
-              "claims": [{"id": "dag4_mean", "kind": "reduction", "workload": "dag4", "metric": "jct_mean", "paper": -0.398},
+    claims = {"claims": [{"id": "dag4_mean", "kind": "reduction", "workload": "dag4", "metric": "jct_mean", "paper": -0.398},
                          {"id": "dag4_p99", "kind": "reduction", "workload": "dag4", "metric": "jct_p99", "paper": -0.494}]}
-    # mean: TOPAS 40% below the paper-set best (FCFS), 2% above SPF (the full set's best): two rows, two verdicts
+    # mean: TOPAS 40% below the paper-set best (FCFS), 2% above KVFlow (the full set's best): two rows, two verdicts
     rows = [{"workload": "dag4", "scheduler": s, "seed": k, "jct_mean": v * (1 + 0.01 * k), "jct_p99": p * (1 + 0.01 * k)}
-            for s, v, p in (("fcfs", 100.0, 200.0), ("lpm", 120.0, 240.0), ("spf", 58.0, 250.0), ("topas", 60.0, 160.0))
+            for s, v, p in (("fcfs", 100.0, 200.0), ("lpm", 120.0, 240.0), ("kvflow", 58.0, 250.0), ("topas", 60.0, 160.0))
             for k in range(3)]
     return tables.reduction_rows(pd.DataFrame(rows), claims)
 
@@ -122,7 +119,7 @@ def test_main_jct_draws_each_schedulers_paired_change_vs_the_best_baseline():
     df = pd.DataFrame([{"workload": "dag4", "scheduler": s, "seed": k, "jct_mean": v + k, "jct_p99": 2 * v + k,
                         "model": "qwen2_5_32b", "gpu": "a100_80gb", "load": 0.7, "arrival_rate": 0.1, "num_tasks": 100}
                        for s, v in (("fcfs", 100.0), ("lpm", 150.0), ("topas", 80.0)) for k in range(3)])
-    claims = {"paper_baselines": ["fcfs", "lpm"], "extra_baselines": [], "claims": []}
+    claims = {"claims": []}
     ax = figures.main_jct(df, claims).axes[0]
     xs = {round(float(c.lines[0].get_xdata()[0]), 6) for c in ax.containers}
     want = {round(100 * tables.paired_change(df, "dag4", "jct_mean", s, "fcfs")[0], 6) for s in ("fcfs", "lpm", "topas")}

@@ -1,116 +1,105 @@
-"""The import graph of the packages (docs/layout.md): no import cycle, and no engine module
-imports a driver. Built by parsing the sources with `ast` (nothing is executed); imports
-inside functions count too (a lazy import hides a cycle, it does not remove it), imports
-under `if TYPE_CHECKING:` do not (they never run)."""
+"""The layering of the code (docs/layout.md, "Rules the layout keeps"), checked on its import graph
+(topas/imports.py: read from the sources with `ast`, nothing executed). Every import counts: at module
+level, inside a function (a lazy import hides a cycle, it does not remove it) and under `if TYPE_CHECKING:`
+(what a type checker reads must layer too), except where a rule says "at module level".
+
+1. No import cycle.
+2. No upward import: every module has a layer (LAYERS) and imports only its own layer or lower ones.
+3. Peers in the policies-and-engines layer do not import each other: no policy package imports another
+   policy package or an engine, no engine another engine or a policy package.
+4. A policy (baselines/, topas/scheduler/) imports only its own package, `topas.policy`, `topas.workflow`
+   and `topas.errors`.
+5. Analysis imports no policy, engine or runner: none at module level, even through another module; a lazy
+   import (inside a function) may read a workload's description (`topas.workloads`), never a policy, an
+   engine or the runner.
+6. Inside `topas/engines/sglang/` the roles import one way (SGLANG_MAY_IMPORT).
+
+Each rule is a function of a graph, so `violations(import_graph(root))` also judges another checkout.
+"""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import networkx as nx
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("topas", "baselines", "analysis")
-# Modules that drive runs (Hydra runner, sweeps, tuning, fidelity, reproduction): engines are
-# driven by them and must not import them.
-DRIVERS = ("topas.runner", "topas.reproduce", "topas.sweep", "topas.tuning", "topas.fidelity", "analysis")
-ENGINES = "topas.engines"
-# Known exceptions: (importer, imported) -> one-line reason. Keep empty; each entry is a debt.
-KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {}
-KNOWN_UPWARD: dict[tuple[str, str], str] = {}
+from topas.imports import RUN, import_graph, only
 
-
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _modules() -> dict[str, Path]:
-    out = {}
-    for pkg in PACKAGES:
-        for p in (ROOT / pkg).rglob("*.py"):
-            if "notebooks" not in p.parts:
-                out[_module_name(p)] = p
-    return out
-
-
-def _is_type_checking(node: ast.If) -> bool:
-    t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
-
-
-def _imports(tree: ast.AST, module: str, is_pkg: bool) -> list[str]:
-    """Absolute names each import statement of `module` refers to (modules or names in modules)."""
-    out: list[str] = []
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            stack.extend(node.orelse)
-            continue
-        if isinstance(node, ast.Import):
-            out += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative: resolved against the importing package
-                base = module.split(".") if is_pkg else module.split(".")[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
-            out += [f"{prefix}.{a.name}" for a in node.names]
-        stack.extend(ast.iter_child_nodes(node))
-    return out
-
-
-def _resolve(name: str, known: dict[str, Path]) -> str | None:
-    """The project module an imported name lives in (the longest known prefix), or None (third party)."""
-    parts = name.split(".")
-    for i in range(len(parts), 0, -1):
-        cand = ".".join(parts[:i])
-        if cand in known:
-            return cand
-    return None
-
-
-def import_graph() -> nx.DiGraph:
-    mods = _modules()
-    g = nx.DiGraph()
-    g.add_nodes_from(mods)
-    for name, path in mods.items():
-        tree = ast.parse(path.read_text(), filename=str(path))
-        for imported in _imports(tree, name, path.name == "__init__.py"):
-            target = _resolve(imported, mods)
-            if target is not None and target != name:
-                g.add_edge(name, target)
-    return g
+PACKAGES = ("topas", "baselines", "analysis", "hydra_plugins")
+# Lowest first. A module's layer is that of the longest prefix listed; the package inits in INIT_ONLY name
+# themselves only, so a new top-level module or engine has no layer until it is given one.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundation", ("topas", "topas.errors", "topas.checks", "topas.workflow", "topas.scheduler_sets",
+                    "topas.process_guard", "topas.imports")),
+    ("model", ("topas.policy", "topas.engines", "topas.engines.latency", "topas.results", "topas.workloads",
+               "topas.run_identity", "topas.config", "topas.bound")),
+    ("policies and engines", ("baselines", "topas.scheduler", "topas.engines.sim", "topas.engines.sglang")),
+    ("runner", ("topas.runner", "topas.fingerprint", "topas.wandb_logger")),
+    ("drivers", ("topas.sweep", "topas.prediction", "topas.placement", "topas.launchers", "topas.tuning",
+                 "topas.bench", "topas.bench_compare", "topas.measure_capacity", "topas.reproduce_args",
+                 "hydra_plugins")),
+    ("analysis", ("analysis",)),
+    ("reproduction", ("topas.reproduce", "topas.fidelity")),
+]
+INIT_ONLY = ("topas", "topas.engines")
+PEERS = ("baselines", "topas.scheduler", "topas.engines.sim", "topas.engines.sglang")
+POLICIES = ("baselines", "topas.scheduler")
+POLICY_MAY_IMPORT = ("topas.policy", "topas.workflow", "topas.errors")
+NOT_FOR_ANALYSIS = (*POLICIES, "topas.policy", "topas.engines", "topas.runner")
+ANALYSIS_MAY_READ_LAZILY = ("topas.workloads",)
 
 
 def _under(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
-def test_the_graph_sees_the_packages_and_their_imports():
-    g = import_graph()
-    assert {"topas.runner", "topas.engines.sim.engine", "baselines.lpm", "analysis.report"} <= set(g)
-    assert g.has_edge("topas.runner", "topas.engines.latency.specs")  # a module-level import
-    assert g.has_edge("topas.engines.latency.factory", "topas.engines.latency.aiconfigurator")  # inside a function
+def _first(module: str, prefixes) -> str | None:
+    """The longest of `prefixes` that `module` is under."""
+    return max((p for p in prefixes if _under(module, p)), key=len, default=None)
 
 
-def test_no_import_cycle():
-    g = import_graph()
-    g.remove_edges_from(KNOWN_CYCLE_EDGES)
-    cycles = [c for c in nx.simple_cycles(g)]
-    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + [c[0]]) for c in sorted(cycles)[:10])
+def layer(module: str) -> int | None:
+    best = _first(module, [p for _, ps in LAYERS for p in ps if p not in INIT_ONLY or p == module])
+    return None if best is None else next(i for i, (_, ps) in enumerate(LAYERS) if best in ps)
 
 
-def test_no_engine_imports_a_driver():
-    g = import_graph()
-    bad = sorted((a, b) for a, b in g.edges if _under(a, ENGINES) and any(_under(b, d) for d in DRIVERS)
-                 and (a, b) not in KNOWN_UPWARD)
-    assert not bad, "engine modules importing drivers: " + ", ".join(f"{a} -> {b}" for a, b in bad)
+def graph(root: Path | None = None) -> nx.DiGraph:
+    return import_graph(root, PACKAGES) if root else import_graph(packages=PACKAGES)
+
+
+def _edge(g: nx.DiGraph, a: str, b: str) -> str:
+    return f"{a} -> {b} ({', '.join(sorted(g.edges[a, b]['kinds']))})"
+
+
+def cycles(g: nx.DiGraph) -> list[str]:
+    return [" -> ".join(c + [c[0]]) for c in sorted(nx.simple_cycles(g))]
+
+
+def upward(g: nx.DiGraph) -> list[str]:
+    bad = [f"{m}: no layer (add it to LAYERS)" for m in sorted(g) if layer(m) is None]
+    return bad + [_edge(g, a, b) for a, b in sorted(g.edges)
+                  if None not in (layer(a), layer(b)) and layer(b) > layer(a)]
+
+
+def peers(g: nx.DiGraph) -> list[str]:
+    return [_edge(g, a, b) for a, b in sorted(g.edges)
+            if _first(a, PEERS) and _first(b, PEERS) and _first(a, PEERS) != _first(b, PEERS)]
+
+
+def policy_imports(g: nx.DiGraph) -> list[str]:
+    return [_edge(g, a, b) for a, b in sorted(g.edges) if _first(a, POLICIES)
+            and not _under(b, _first(a, POLICIES)) and not _first(b, POLICY_MAY_IMPORT)]
+
+
+def analysis_imports(g: nx.DiGraph) -> list[str]:
+    at_import = only(g, ["module"])
+    bad = []
+    for a in sorted(m for m in g if _under(m, "analysis")):
+        loaded = nx.descendants(at_import, a) if a in at_import else set()
+        bad += [f"{a} loads {b} at import" for b in sorted(loaded) if _first(b, NOT_FOR_ANALYSIS)]
+        bad += [_edge(g, a, b) for b in sorted(g.successors(a)) if "lazy" in g.edges[a, b]["kinds"]
+                and not _under(b, "analysis") and _first(b, NOT_FOR_ANALYSIS) and not _first(b, ANALYSIS_MAY_READ_LAZILY)]
+    return bad
 
 
 # The real SGLang engine by role (topas/engines/sglang/__init__.py): code in the server
@@ -124,16 +113,72 @@ SGLANG_MAY_IMPORT = {
 }
 
 
-def _sglang_role(module: str) -> str | None:
-    if not _under(module, SGLANG):
-        return None
+def _sglang_role(module: str) -> str:
     first = module[len(SGLANG) + 1:].split(".")[0]
     return first if first in SGLANG_MAY_IMPORT and first != "shared" else "shared"
 
 
-def test_sglang_roles_import_one_way():
-    g = import_graph()
+def sglang_roles(g: nx.DiGraph) -> list[str]:
     roles = {m: _sglang_role(m) for m in g if _under(m, SGLANG) and "cpu_stubs" not in m}
-    assert {"plugin", "client", "tools", "shared"} <= set(roles.values())
-    bad = sorted((a, b) for a, b in g.edges if a in roles and b in roles and roles[b] not in SGLANG_MAY_IMPORT[roles[a]])
-    assert not bad, "sglang modules importing across roles: " + ", ".join(f"{a} -> {b}" for a, b in bad)
+    return [_edge(g, a, b) for a, b in sorted(g.edges)
+            if a in roles and b in roles and roles[b] not in SGLANG_MAY_IMPORT[roles[a]]]
+
+
+RULES = {"cycles": cycles, "upward imports": upward, "peer imports": peers, "policy imports": policy_imports,
+         "analysis imports": analysis_imports, "sglang roles": sglang_roles}
+
+
+def violations(g: nx.DiGraph) -> dict[str, list[str]]:
+    """Every rule's violations on `g` (empty lists: the layering holds)."""
+    return {name: rule(g) for name, rule in RULES.items()}
+
+
+# ------------------------------------------------------------------ the project
+def test_the_graph_sees_the_packages_and_every_kind_of_import():
+    g = graph()
+    assert {"topas.runner", "topas.engines.sim.engine", "baselines.lpm", "analysis.report", "hydra_plugins.topas_conf.topas_conf"} <= set(g)
+    assert g.edges["topas.runner", "topas.engines.latency.specs"]["kinds"] == {"module"}
+    assert "lazy" in g.edges["topas.engines.latency.factory", "topas.engines.latency.aiconfigurator"]["kinds"]
+    assert "typing" in g.edges["topas.engines.sim.records", "topas.engines.sim.engine"]["kinds"]
+    assert set(only(g, RUN).edges) < set(g.edges)
+
+
+def test_the_layering_holds():
+    bad = {k: v for k, v in violations(graph()).items() if v}
+    assert not bad, "\n".join(f"{k}: {'; '.join(v[:8])}" for k, v in bad.items())
+
+
+def test_every_layer_and_role_is_populated():
+    g = graph()
+    assert {layer(m) for m in g} == set(range(len(LAYERS)))
+    roles = {_sglang_role(m) for m in g if _under(m, SGLANG) and "cpu_stubs" not in m}
+    assert {"plugin", "client", "tools", "shared"} <= roles
+
+
+# ------------------------------------------------------------------ the rules catch what they should
+def _toy(edges: list[tuple[str, str, str]]) -> nx.DiGraph:
+    g = nx.DiGraph()
+    for a, b, kind in edges:
+        g.add_edge(a, b, kinds={kind})
+    return g
+
+
+def test_a_cycle_under_type_checking_is_a_cycle():
+    g = _toy([("topas.scheduler.score", "topas.scheduler.problem", "typing"),
+              ("topas.scheduler.problem", "topas.scheduler.score", "module")])
+    assert cycles(g) and not upward(g)
+
+
+def test_each_rule_flags_its_breach():
+    assert upward(_toy([("topas.config", "topas.engines.sim.config", "module")]))  # the model layer reaching up
+    assert upward(_toy([("topas.workloads.x", "topas.no_such_layer", "lazy")]))  # every module has a layer
+    assert upward(_toy([("topas.engines.vllm.x", "topas.workflow", "module")]))
+    assert peers(_toy([("baselines.spf", "topas.scheduler.estimates", "module")]))
+    assert peers(_toy([("topas.engines.sim.view", "topas.engines.sglang.hints", "lazy")]))
+    assert policy_imports(_toy([("baselines.lpm", "topas.checks", "module")]))
+    assert not policy_imports(_toy([("baselines.lpm", "topas.policy.params", "module"), ("baselines.lpm", "baselines.fcfs", "module")]))
+    # analysis: a registry two imports away at module level, a policy inside a function; a workload lazily is fine
+    assert analysis_imports(_toy([("analysis.style", "analysis.x", "module"), ("analysis.x", "topas.policy.registry", "module")]))
+    assert analysis_imports(_toy([("analysis.figures", "baselines.lpm", "lazy")]))
+    assert not analysis_imports(_toy([("analysis.shapes", "topas.workloads.shapes", "lazy")]))
+    assert sglang_roles(_toy([("topas.engines.sglang.plugin.hooks", "topas.engines.sglang.client.server", "lazy")]))

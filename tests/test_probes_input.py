@@ -59,14 +59,15 @@ def test_every_scheduler_parameter_has_a_range(scheduler, params, key):
 
 
 def test_the_ranges_admit_every_shipped_and_tuned_value():
-    import yaml
+    from omegaconf import OmegaConf
 
     from topas.policy import create_policy
+    from topas.sweep import compose_config
     from topas.tuning import GRIDS
 
     for f in (ROOT / "conf" / "scheduler").glob("*.yaml"):
-        c = yaml.safe_load(f.read_text())
-        create_policy(c["name"], c.get("params") or {})
+        c = OmegaConf.to_container(compose_config([f"scheduler={f.stem}"]).scheduler)
+        create_policy(c["name"], c["params"])
     for name, grid in GRIDS.items():
         for params in grid:
             create_policy(name, {k: float(v) if v == "inf" else v for k, v in params.items()})

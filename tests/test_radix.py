@@ -67,7 +67,7 @@ def test_parent_evicted_only_after_its_children():
 
 
 def test_host_tier_keeps_evicted_prefix_and_loads_it_back():
-    c = RadixCache(10_000, host_capacity=1_000)
+    c = RadixCache(10_000, host_pool_tokens=1_000)
     c.insert(runs(("P", 300), ("x", 10)))
     c.evict(10_000)
     assert c.device_tokens == 0 and c.host_tokens == 310
@@ -80,7 +80,7 @@ def test_host_tier_keeps_evicted_prefix_and_loads_it_back():
 
 
 def test_host_tier_full_drops_lru_host_copies():
-    c = RadixCache(10_000, host_capacity=250)
+    c = RadixCache(10_000, host_pool_tokens=250)
     c.insert(runs(("A", 200)))
     c.evict(1)
     c.insert(runs(("B", 200)))
@@ -91,7 +91,7 @@ def test_host_tier_full_drops_lru_host_copies():
 
 
 def test_evict_subtree_offloads_an_agent_prefix_but_not_locked_nodes():
-    c = RadixCache(10_000, host_capacity=10_000)
+    c = RadixCache(10_000, host_pool_tokens=10_000)
     c.insert(runs(("P", 100), ("x", 10)))
     node, _ = c.insert(runs(("P", 100), ("y", 10)))
     top = c.match(runs(("P", 100)), touch=False).device_node

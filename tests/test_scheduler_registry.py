@@ -1,11 +1,11 @@
 """The scheduler list has one source, the registry (topas/policy/registry.py): every registered
-scheduler has its config file and vice versa, and the experiment grids, the reproduction grid
-and the tuning sweep cover every scheduler they should (docs/recipes.md, "Add a scheduler")."""
+scheduler has its config file and vice versa, the named scheduler sets (topas/scheduler_sets.py) hold
+them, and the experiment grids, the reproduction grid and the tuning sweep cover every scheduler they
+should (docs/recipes.md, "Add a scheduler")."""
 
 from pathlib import Path
 
 import pytest
-import yaml
 
 from topas.policy import builtin_policy_names, create_policy, is_ablation
 
@@ -15,11 +15,11 @@ SCHEDULERS = builtin_policy_names()
 MAIN_ROWS = [n for n in SCHEDULERS if not is_ablation(n)]
 
 
-def _sweep_list(params, key: str) -> set[str]:
-    """The values a Hydra sweep gives `key` (a comma list, range or glob over conf/<key>/: topas.sweep.sweep_choices)."""
-    from topas.sweep import sweep_choices
+def _grid_schedulers(experiment: str) -> set[str]:
+    """The schedulers an experiment's full grid sweeps (its named set resolved: topas.reproduce.sweep_params)."""
+    from topas.reproduce import sweep_params
 
-    return set(sweep_choices(key, params[key]))
+    return set(sweep_params(experiment)["scheduler"])
 
 
 def test_every_registered_scheduler_has_a_config_file_and_every_config_file_a_scheduler():
@@ -47,9 +47,12 @@ def test_ablation_variants_are_variants_of_a_registered_scheduler():
             assert parent in SCHEDULERS and not is_ablation(parent), name
 
 
-def test_the_main_experiment_grid_covers_every_scheduler_but_the_ablation_variants():
-    main = yaml.safe_load((ROOT / "conf" / "experiment" / "main.yaml").read_text())
-    assert sorted(_sweep_list(main["hydra"]["sweeper"]["params"], "scheduler")) == MAIN_ROWS
+def test_the_full_set_is_every_scheduler_but_the_ablation_variants_and_the_main_grid_runs_it():
+    from topas.scheduler_sets import REFERENCES, every_scheduler, scheduler_set
+
+    assert sorted(scheduler_set("full")) == MAIN_ROWS, "a new scheduler goes into `full` (topas/scheduler_sets.py)"
+    assert sorted(every_scheduler()) == SCHEDULERS and set(REFERENCES) <= set(MAIN_ROWS)
+    assert sorted(_grid_schedulers("main")) == sorted(_grid_schedulers("shapes")) == MAIN_ROWS
 
 
 def test_the_reproduction_grid_of_the_main_experiment_covers_every_scheduler_but_the_ablation_variants():
@@ -59,8 +62,7 @@ def test_the_reproduction_grid_of_the_main_experiment_covers_every_scheduler_but
 
 
 def test_the_ablation_grid_holds_the_variants_and_their_parent():
-    abl = yaml.safe_load((ROOT / "conf" / "experiment" / "ablation.yaml").read_text())
-    got = _sweep_list(abl["hydra"]["sweeper"]["params"], "scheduler")
+    got = _grid_schedulers("ablation")
     variants = {n for n in SCHEDULERS if is_ablation(n)}
     assert variants <= got and got - variants == {"topas"}
 

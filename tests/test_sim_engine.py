@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from topas.engines.sim.admission import AddResult, KVPool, PrefillBudget
-from topas.engines.sim.entities import TaskState, make_request
+from topas.engines.sim.entities import SimTask, make_request
 from topas.engines.sim.radix import RadixCache
 from topas.engines.sim.records import sim_record
 from topas.workflow import Agent, CallNode, Task, Workflow
@@ -88,7 +88,7 @@ def test_prompt_larger_than_pool_stalls_with_a_clear_error():
 def _req(task_id, prompt, out):
     ag = {"a": Agent("a", 10)}
     wf = Workflow("w", ag, {"x": CallNode("x", "a", prompt - 10, out)})
-    return make_request(TaskState(Task(task_id, 0.0, wf, "w")), "x", 0.0, True, 4096)
+    return make_request(SimTask(Task(task_id, 0.0, wf, "w")), "x", 0.0, True, 4096)
 
 
 def test_admission_reserves_like_sglang():

@@ -33,16 +33,16 @@ def test_the_score_of_a_state_is_one_function_with_every_term_in_its_breakdown()
     room the batch takes from prefixes left out), V_reuse, and J_redo + J_revoke + margin of a preemption."""
     agents = [ag("a", 1000, on_gpu=False, move_in=0.5, reuse_n=2, reload_s=0.25), ag("b", 3000, on_gpu=True)]
     waiting = {"r1": ("a", 0, 2000, 6.0), "r2": ("a", 1, 2000, 3.0)}
-    p = problem(agents, waiting, budget=6000, aging={0: 2.0, 1: 1.0})
+    p = problem(agents, waiting, kv_pool_tokens=6000, aging={0: 2.0, 1: 1.0})
     slow = RunningOption("v", 9, 500, redo_s=0.4, revoke_s=lambda: 0.6, margin=2.0)
     b = score.score_state(p, frozenset({"a"}), ["r1", "r2"], {"r1": 6.0, "r2": 3.0}, mem=5000, preempt=[slow])
     assert b.j_admit == 9.0 and b.aging == pytest.approx(9.0 - (6.0 / 2.0 + 3.0))  # aging doubled task 0's gain
-    overflow = 5000 + 3000 - 6000  # b's prefix, left out of R', gives up what the batch needs beyond the budget
+    overflow = 5000 + 3000 - 6000  # b's prefix, left out of R', gives up what the batch needs beyond the kv_pool_tokens
     assert b.j_move == pytest.approx(0.5 * 2 + overflow * 1e-5)  # a moves in for both of its tasks
     assert b.v_reuse == pytest.approx(2 * 0.25)
     assert (b.j_redo, b.j_revoke, b.margin) == (0.4, 0.6, pytest.approx(2.0 * 1.0))
     assert b.total == pytest.approx(9.0 - b.j_move + 0.5 - 3.0)
-    assert score.score_state(problem(agents, waiting, budget=6000, reuse=False), frozenset({"a"}), [], {}, 1000).v_reuse == 0.0
+    assert score.score_state(problem(agents, waiting, kv_pool_tokens=6000, reuse=False), frozenset({"a"}), [], {}, 1000).v_reuse == 0.0
 
 
 # ---------------------------------------------------------------- path model
@@ -79,7 +79,7 @@ def test_equal_parallel_branches_still_gain_so_progress_beats_idling():
 
 
 # ---------------------------------------------------------------- search on hand-built problems
-def problem(agents, waiting, budget, base=0, K=64, chains=None, reuse=True, beta=1.0, running=None, aging=None):
+def problem(agents, waiting, kv_pool_tokens, base=0, K=64, chains=None, reuse=True, beta=1.0, running=None, aging=None):
     """waiting: {rid: (agent, task, tokens, gain)}"""
     by_task = {}
     for rid, (a, t, _, g) in waiting.items():
@@ -89,7 +89,7 @@ def problem(agents, waiting, budget, base=0, K=64, chains=None, reuse=True, beta
         items = [(rid, g) for rid, a, g in by_task[t] if a in elig]
         return sorted(items, key=lambda x: -x[1])
 
-    return Problem(budget=budget, base_tokens=base, agents={a.name: a for a in agents},
+    return Problem(kv_pool_tokens=kv_pool_tokens, base_tokens=base, agents={a.name: a for a in agents},
                    request_agent={r: v[0] for r, v in waiting.items()}, request_task={r: v[1] for r, v in waiting.items()},
                    request_tokens={r: v[2] for r, v in waiting.items()},
                    task_agents={t: frozenset(a for _, a, _ in rs) for t, rs in by_task.items()},
@@ -102,25 +102,25 @@ def ag(name, tokens=1000, forced=False, on_gpu=True, move_in=0.0, reuse_n=0, rel
 
 
 def test_refuses_a_move_whose_cost_exceeds_its_gain():
-    p = problem([ag("x", on_gpu=False, move_in=5.0)], {"r": ("x", 0, 100, 1.0)}, budget=10_000)
+    p = problem([ag("x", on_gpu=False, move_in=5.0)], {"r": ("x", 0, 100, 1.0)}, kv_pool_tokens=10_000)
     assert search(p, 6).admit == []
-    p = problem([ag("x", on_gpu=False, move_in=0.5)], {"r": ("x", 0, 100, 1.0)}, budget=10_000)
+    p = problem([ag("x", on_gpu=False, move_in=0.5)], {"r": ("x", 0, 100, 1.0)}, kv_pool_tokens=10_000)
     assert search(p, 6).admit == ["r"]
 
 
 def test_keeps_the_prefix_whose_agent_has_downstream_stages():
     # room for one 3k prefix besides the forced one; y has a stage about to become ready, z none
     agents = [ag("run", 3000, forced=True), ag("y", 3000, reuse_n=2, reload_s=0.5), ag("z", 3000)]
-    plan = search(problem(agents, {}, budget=7000), 6)
+    plan = search(problem(agents, {}, kv_pool_tokens=7000), 6)
     assert plan.resident == frozenset({"run", "y"})
-    plan = search(problem(agents, {}, budget=7000, reuse=False), 6)
+    plan = search(problem(agents, {}, kv_pool_tokens=7000, reuse=False), 6)
     assert "y" not in plan.resident  # without V_reuse there is no reason to hold it
 
 
 def test_budget_holds_and_greedy_pack_takes_highest_gain_first():
     agents = [ag("a", 1000), ag("b", 1000)]
     waiting = {"r1": ("a", 0, 3000, 1.0), "r2": ("b", 1, 3000, 5.0), "r3": ("a", 2, 3000, 3.0)}
-    plan = greedy_pack(problem(agents, waiting, budget=8500), frozenset({"a", "b"}))
+    plan = greedy_pack(problem(agents, waiting, kv_pool_tokens=8500), frozenset({"a", "b"}))
     assert plan.admit == ["r2", "r3"] and plan.memory <= 8500
     assert plan.blocked == [(1.0, "r1")]
 
@@ -128,14 +128,14 @@ def test_budget_holds_and_greedy_pack_takes_highest_gain_first():
 def test_preempts_only_when_gain_exceeds_redo_and_revoke():
     agents = [ag("a", 1000, forced=True), ag("b", 1000)]
     waiting = {"r": ("b", 1, 5000, 10.0)}
-    assert search(problem(agents, waiting, budget=8000, base=5000), 6).admit == []  # no preemption allowed
-    cheap = search(problem(agents, waiting, budget=8000, base=5000, running=[RunningOption("old", 0, 5000, 1.0, 1.0)]), 6)
+    assert search(problem(agents, waiting, kv_pool_tokens=8000, base=5000), 6).admit == []  # no preemption allowed
+    cheap = search(problem(agents, waiting, kv_pool_tokens=8000, base=5000, running=[RunningOption("old", 0, 5000, 1.0, 1.0)]), 6)
     assert cheap.admit == ["r"] and cheap.preempt_rids == ["old"]
     assert cheap.breakdown.j_redo == 1.0 and cheap.breakdown.j_revoke == 1.0  # the repaired state's own score
-    dear = search(problem(agents, waiting, budget=8000, base=5000, running=[RunningOption("old", 0, 5000, 10.0, 10.0)]), 6)
+    dear = search(problem(agents, waiting, kv_pool_tokens=8000, base=5000, running=[RunningOption("old", 0, 5000, 10.0, 10.0)]), 6)
     assert dear.admit == [] and dear.preempt == []
     # the margin is hysteresis: a gain of 10 pays for redo + revoke of 4, but not for 3 x 4
-    held = search(problem(agents, waiting, budget=8000, base=5000, running=[RunningOption("old", 0, 5000, 2.0, 2.0, margin=2.0)]), 6)
+    held = search(problem(agents, waiting, kv_pool_tokens=8000, base=5000, running=[RunningOption("old", 0, 5000, 2.0, 2.0, margin=2.0)]), 6)
     assert held.admit == []
 
 
@@ -144,7 +144,7 @@ def _small_pool(seed):
     agents = [ag(f"a{i}", rng.randint(500, 4000), forced=(i == 0 and rng.random() < 0.5), on_gpu=rng.random() < 0.5,
                  move_in=rng.uniform(0, 3), reuse_n=rng.randint(0, 2), reload_s=rng.uniform(0, 1)) for i in range(3)]
     waiting = {f"r{j}": (f"a{rng.randrange(3)}", j, rng.randint(100, 4000), rng.uniform(0, 5)) for j in range(5)}
-    return problem(agents, waiting, budget=rng.randint(3000, 15000))
+    return problem(agents, waiting, kv_pool_tokens=rng.randint(3000, 15000))
 
 
 @settings(max_examples=60, deadline=None)
@@ -155,7 +155,7 @@ def test_enumeration_is_optimal_local_search_is_a_local_optimum_and_both_respect
     exact, local = search(p, max_enumerate=10), search(p, max_enumerate=0)
     for plan in (exact, local):
         forced_only = plan.resident == frozenset(a.name for a in agents if a.forced)
-        assert plan.memory <= p.budget or (forced_only and not plan.admit)
+        assert plan.memory <= p.kv_pool_tokens or (forced_only and not plan.admit)
     # enumeration is optimal; the local search (used beyond M agents) may stop at a local optimum,
     # but no single add, drop or swap improves on where it stops
     assert exact.score >= local.score - 1e-9

@@ -95,10 +95,10 @@ def test_group_demand_puts_many_calls_of_one_agent_before_one_better_call():
 
 
 def test_prefix_bound_is_a_share_of_the_pool_locked_by_running_calls():
-    from topas.scheduler.ordering import prefix_bound
+    from topas.scheduler.ordering import prefixes_bind_pool
 
-    assert prefix_bound(12_000, 16_000, 0.65) and not prefix_bound(12_000, 60_000, 0.65)
-    assert not prefix_bound(16_000, 16_000, 1.0)  # 1.0: never
+    assert prefixes_bind_pool(12_000, 16_000, 0.65) and not prefixes_bind_pool(12_000, 60_000, 0.65)
+    assert not prefixes_bind_pool(16_000, 16_000, 1.0)  # 1.0: never
 
 
 def _two_stage_view(kv: int):

@@ -73,7 +73,7 @@ def _ag(name, tokens, forced=False, on_gpu=True, move_in=0.0, reuse_n=0, reload_
     return AgentOption(name, tokens, forced, on_gpu, move_in, reuse_n, reload_s)
 
 
-def _problem(agents, waiting, budget, base=0, running=None, overdue=()):
+def _problem(agents, waiting, kv_pool_tokens, base=0, running=None, overdue=()):
     """waiting: {rid: (agent, task, tokens, gain)}; each task's chain is its calls by gain."""
     by_task = {}
     for rid, (a, t, _, g) in waiting.items():
@@ -82,7 +82,7 @@ def _problem(agents, waiting, budget, base=0, running=None, overdue=()):
     def chain(t, elig):
         return sorted(((rid, g) for rid, a, g in by_task[t] if a in elig), key=lambda x: -x[1])
 
-    return Problem(budget=budget, base_tokens=base, agents={a.name: a for a in agents},
+    return Problem(kv_pool_tokens=kv_pool_tokens, base_tokens=base, agents={a.name: a for a in agents},
                    request_agent={r: v[0] for r, v in waiting.items()}, request_task={r: v[1] for r, v in waiting.items()},
                    request_tokens={r: v[2] for r, v in waiting.items()},
                    task_agents={t: frozenset(a for _, a, _ in rs) for t, rs in by_task.items()},
@@ -94,17 +94,17 @@ def test_an_overdue_call_outside_every_feasible_resident_set_is_scored_and_admit
     # the batch of agent b fills the pool: no R' with the join agent j is feasible
     agents = [_ag("b", 2000, forced=True), _ag("j", 3000)]
     waiting = {"join": ("j", 0, 1000, 40.0), "more_b": ("b", 1, 1000, 1.0)}
-    plan = search(_problem(agents, waiting, budget=12_000, base=9_500), 6)
+    plan = search(_problem(agents, waiting, kv_pool_tokens=12_000, base=9_500), 6)
     assert (40.0, "join") not in plan.blocked  # before it is overdue, R' decides (locality)
-    plan = search(_problem(agents, waiting, budget=12_000, base=9_500, overdue={0}), 6)
+    plan = search(_problem(agents, waiting, kv_pool_tokens=12_000, base=9_500, overdue={0}), 6)
     assert plan.admit == [] and (40.0, "join") in plan.blocked  # scored: it keeps its place by gain
     # a running call whose redo + revoke is below the join's gain makes room for it and its prefix
     cheap = [RunningOption("b_run", 2, 6000, 5.0, 0.0)]
-    plan = search(_problem(agents, waiting, budget=12_000, base=9_500, running=cheap, overdue={0}), 6)
+    plan = search(_problem(agents, waiting, kv_pool_tokens=12_000, base=9_500, running=cheap, overdue={0}), 6)
     assert "join" in plan.admit and plan.preempt_rids == ["b_run"] and "j" in plan.resident
     assert plan.memory <= 12_000
     # with room for it, it is admitted outright and its prefix enters R' (and the score, once)
-    p = _problem(agents, waiting, budget=20_000, base=9_500, overdue={0})
+    p = _problem(agents, waiting, kv_pool_tokens=20_000, base=9_500, overdue={0})
     plan = greedy_pack(p, frozenset({"b"}))
     assert "join" in plan.admit and "j" in plan.resident and plan.memory == 9_500 + 2000 + 3000 + 1000 + 1000
     assert plan.score == pytest.approx(score_state(p, plan.resident, plan.admit, plan.gains, plan.memory).total)
@@ -138,12 +138,12 @@ def test_the_policy_lists_an_overdue_downstream_call_first_when_it_is_worth_more
 def test_a_call_outside_r_prime_is_listed_by_its_gain_only_when_its_prefix_is_smaller_than_its_kv():
     # agent b's batch fills the pool; the join's agent is outside every feasible R'
     waiting = {"join": ("j", 0, 1000, 40.0), "more_b": ("b", 1, 1000, 1.0)}
-    small = _problem([_ag("b", 2000, forced=True), _ag("j", 50)], waiting, budget=12_000, base=11_500)
+    small = _problem([_ag("b", 2000, forced=True), _ag("j", 50)], waiting, kv_pool_tokens=12_000, base=11_500)
     plan = search(small, 6)
     assert "j" not in plan.resident and "join" not in plan.admit
     assert small_prefix_calls(small, plan.resident, {}) == [(40.0, "join")]
     assert small_prefix_calls(small, plan.resident, {"join": 40.0}) == []  # already listed: keeps its place
-    large = _problem([_ag("b", 2000, forced=True), _ag("j", 3000)], waiting, budget=12_000, base=11_500)
+    large = _problem([_ag("b", 2000, forced=True), _ag("j", 3000)], waiting, kv_pool_tokens=12_000, base=11_500)
     assert small_prefix_calls(large, search(large, 6).resident, {}) == []  # its prefix's room is what R' saves
 
 
@@ -151,9 +151,9 @@ def test_two_overdue_calls_of_one_agent_outside_r_prime_are_charged_its_prefix_o
     # room for both calls and one copy of j's prefix, not two: the second call rides on the prefix the first brings in
     agents = [_ag("b", 2000, forced=True), _ag("j", 3000)]
     waiting = {"j1": ("j", 0, 1000, 40.0), "j2": ("j", 1, 1000, 30.0)}
-    p = _problem(agents, waiting, budget=2000 + 3000 + 1000 + 1000, overdue={0, 1})
+    p = _problem(agents, waiting, kv_pool_tokens=2000 + 3000 + 1000 + 1000, overdue={0, 1})
     plan = greedy_pack(p, frozenset({"b"}))
-    assert plan.admit == ["j1", "j2"] and plan.blocked == [] and plan.memory == p.budget
+    assert plan.admit == ["j1", "j2"] and plan.blocked == [] and plan.memory == p.kv_pool_tokens
 
 
 def test_a_fan_out_pair_is_popped_by_its_tasks_value_not_by_its_first_branchs_own_gain():
@@ -161,7 +161,7 @@ def test_a_fan_out_pair_is_popped_by_its_tasks_value_not_by_its_first_branchs_ow
     # task 1's entry call gains 6. Room for two calls.
     chains = {0: [("l0", 1.0), ("r0", 9.0)], 1: [("s1", 6.0)]}
     agents = {a: _ag(a, 0) for a in ("L", "R", "S")}
-    p = Problem(budget=2000, base_tokens=0, agents=agents,
+    p = Problem(kv_pool_tokens=2000, base_tokens=0, agents=agents,
                 request_agent={"l0": "L", "r0": "R", "s1": "S"}, request_task={"l0": 0, "r0": 0, "s1": 1},
                 request_tokens={"l0": 1000, "r0": 1000, "s1": 1000},
                 task_agents={0: frozenset("LR"), 1: frozenset("S")}, chain=lambda t, elig: chains[t],

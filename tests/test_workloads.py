@@ -65,6 +65,7 @@ def test_synthetic_defaults_are_kv_scarce():
     """All prefixes + a full batch (16 calls) exceed the default pool; one prefix + full batch fits."""
     import yaml
 
+    import topas.run_identity  # noqa: F401 - the resolvers of conf/workload/*.yaml (rate_unless_load), also run alone
     from topas.engines.latency.memory import kv_pool_tokens
     from topas.engines.latency.specs import load_gpu_spec, load_model_spec
 

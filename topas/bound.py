@@ -134,7 +134,7 @@ def run_inputs(backend: Any, model: Any, gpu: Any, trace: Trace, engine: dict[st
         return trace, _cost_model(backend.latency, backend.latency_profile, model, gpu), chunk
     if engine.get("profile") == "cpu":
         raise NoBound("a real server on the CPU has no latency model in the run's config")
-    from topas.engines.sglang.client.scaling import scale_trace
+    from topas.workloads.scaling import scale_trace
 
     scaled = scale_trace(trace, float(engine.get("token_scale") or 1.0), float(engine.get("time_scale") or 1.0))
     return scaled, _cost_model(getattr(backend, "latency", "auto"), None, model, gpu), chunk

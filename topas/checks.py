@@ -3,10 +3,10 @@
     integral("workload.params.input_tokens", 512.0)        # -> 512 (an integral float is a count too)
     integral("workload.params.input_tokens", 512.5)        # ValueError: ... must be a positive integer, got 512.5
     number("backend.decision_cost_s", -1, ">= 0")          # ValueError: backend.decision_cost_s must be >= 0, got -1
-    check_ranges(params, M=">= 0", K="> 0")                # in a frozen Params dataclass's __post_init__
 
 A rule is "> a", ">= a", "< a", "<= a" or an interval "in [a, b]" / "in (a, b]" / "in [a, b)" / "in (a, b)".
-A value must be finite unless its rule names `inf` ("in [0, inf]"); None passes `check_ranges` (an unset option).
+A value must be finite unless its rule names `inf` ("in [0, inf]"). A policy's parameters are checked with these rules
+by `topas.policy.check_ranges` (in its Params dataclass).
 Nothing here imports the rest of the package.
 """
 
@@ -84,16 +84,3 @@ def number(key: str, v: Any, rule: str | None = None, finite: bool = True) -> fl
     if rule is not None:
         check_range(key, v, rule)
     return float(v)
-
-
-def check_ranges(obj: Any, **rules: str) -> None:
-    """In a (frozen) dataclass's `__post_init__`, the one place its fields' ranges are declared:
-    each named field obeys its rule (None passes: an optional field left unset); a RangeError
-    names `<Class>.<field>` (the policy registry re-names it `scheduler.params.<field>`)."""
-    owner = type(obj).__qualname__
-    for name, rule in rules.items():
-        v = getattr(obj, name)
-        if v is not None and (not is_number(v) or not satisfies(v, rule)):
-            err = RangeError(f"{owner}.{name}", rule, v)
-            err.field = name  # type: ignore[attr-defined]
-            raise err

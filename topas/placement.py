@@ -245,3 +245,37 @@ def worker_main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(worker_main())
+
+
+def place_experiments(plans: Mapping[str, Sequence[Sequence[str]]], gpus: Sequence[str], max_workers: int | None,
+                      write: Callable[[str], None]) -> dict[str, list[Worker]]:
+    """Every experiment's jobs (experiment folder -> jobs) placed on the GPU groups, each job with its estimated
+    real time from the simulator (topas/prediction.py); prints the plan. Returns experiment folder -> workers."""
+    from topas.config import ConfigError
+    from topas.errors import one_line
+    from topas.prediction import STARTUP_S, estimate_jobs
+    from topas.sweep import compose_config
+
+    profile = "gpu" if gpus else "cpu"
+    placed, total_s = {}, 0.0
+    for name, jobs in plans.items():
+        per_run = int(compose_config(jobs[0]).backend.get("gpus_per_run", 1) or 1) if jobs else 1
+        try:
+            costs = estimate_jobs(jobs, profile)
+            how = "simulator: FCFS makespan of each distinct trace"
+        except ConfigError:
+            raise  # e.g. a load without the model/GPU's capacity: every run would fail the same way
+        except Exception as e:  # noqa: BLE001 - the plan still works, balanced by run count
+            costs, how = [0.0] * len(jobs), f"no estimate ({one_line(e)})"
+        workers = plan_placement(jobs, gpu_groups(gpus, per_run), costs, max_workers)
+        for w in workers:  # one server start per distinct server on each worker
+            w.est_s += STARTUP_S[profile] * len({server_signature(jobs[i]) for i in w.jobs})
+        span = max((w.est_s for w in workers), default=0.0)
+        total_s += span
+        write(f"{name}: {len(jobs)} runs on {len(workers)} worker(s), "
+              f"~{span / 3600:.2f} h ({how}; + {STARTUP_S[profile]:.0f} s per server start)")
+        for line in describe(workers, jobs):
+            write(line)
+        placed[name] = workers
+    write(f"estimated real time: ~{total_s / 3600:.2f} h ({total_s / 60:.0f} min), experiments one after another")
+    return placed

@@ -79,10 +79,10 @@ def estimate_jobs(jobs: Sequence[Sequence[str]], profile: str) -> list[float]:
     from topas.config import validate
     from topas.engines.latency.specs import load_gpu_spec, load_model_spec
     from topas.engines.sglang.client.backend_config import CPU_DEFAULT_POOL
-    from topas.engines.sglang.client.scaling import auto_token_scale, scale_trace
     from topas.runner import arrival_rate_for
     from topas.sweep import compose_config
     from topas.workloads import build_trace
+    from topas.workloads.scaling import auto_token_scale, scale_trace
 
     cache: dict[str, float] = {}
     out = []
@@ -111,8 +111,8 @@ def record_prediction(cfg, out: Path) -> dict[str, Any]:
     import json
     import sys
 
-    from topas.engines.sglang.client.scaling import scale_trace
     from topas.runner import prepare
+    from topas.workloads.scaling import scale_trace
 
     try:
         s = json.loads((out / "summary.json").read_text())

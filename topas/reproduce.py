@@ -42,14 +42,18 @@ is logged from its folder unless it already holds a W&B run), and the report log
 
 from __future__ import annotations
 
-import json
+import argparse
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from omegaconf import OmegaConf
 from tqdm import tqdm
+
+import topas.scheduler_sets  # noqa: F401 - the `scheduler_set` resolver of the sweep lists
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT_DIR = ROOT / "conf" / "experiment"
@@ -90,6 +94,7 @@ def _sweep_values(name: str) -> dict[str, str]:
         if isinstance(parent, str) and parent != "_self_":
             params.update(_sweep_values(parent))
     own = ((cfg.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+    own = OmegaConf.to_container(OmegaConf.create(own), resolve=True)  # a named scheduler set: its list
     return {**params, **{k: str(v) for k, v in own.items()}}
 
 
@@ -163,41 +168,6 @@ def _log_skipped(df, mode: str, write) -> None:
         write(f"  logged {len(todo)} complete run(s) from their folders to W&B ({mode})")
 
 
-def _placement(a, plans: dict, gpus: list[str], write) -> dict:
-    """Real-engine placement of every experiment's jobs (placement.py), with the estimated real
-    time of each job from the simulator; prints the plan. Returns exp -> workers."""
-    from topas.config import ConfigError
-    from topas.errors import one_line
-    from topas.placement import describe, gpu_groups, plan_placement, server_signature
-    from topas.prediction import STARTUP_S, estimate_jobs
-    from topas.sweep import compose_config
-
-    profile = "gpu" if gpus else "cpu"
-    placed, total_s = {}, 0.0
-    for exp, (_, jobs) in plans.items():
-        per_run = int(compose_config(jobs[0]).backend.get("gpus_per_run", 1) or 1) if jobs else 1
-        groups = gpu_groups(gpus, per_run)
-        try:
-            costs = estimate_jobs(jobs, profile)
-            how = "simulator: FCFS makespan of each distinct trace"
-        except ConfigError:
-            raise  # e.g. a load without the model/GPU's capacity: every run would fail the same way
-        except Exception as e:  # noqa: BLE001 - the plan still works, balanced by run count
-            costs, how = [0.0] * len(jobs), f"no estimate ({one_line(e)})"
-        workers = plan_placement(jobs, groups, costs, a.jobs)
-        for w in workers:  # one server start per distinct server on each worker
-            w.est_s += STARTUP_S[profile] * len({server_signature(jobs[i]) for i in w.jobs})
-        span = max((w.est_s for w in workers), default=0.0)
-        total_s += span
-        write(f"{experiment_name(exp, a.grid, a.backend)}: {len(jobs)} runs on {len(workers)} worker(s), "
-              f"~{span / 3600:.2f} h ({how}; + {STARTUP_S[profile]:.0f} s per server start)")
-        for line in describe(workers, jobs):
-            write(line)
-        placed[exp] = workers
-    write(f"estimated real time: ~{total_s / 3600:.2f} h ({total_s / 60:.0f} min), experiments one after another")
-    return placed
-
-
 def main() -> None:
     try:
         _main()
@@ -207,142 +177,179 @@ def main() -> None:
         raise SystemExit(130) from None
 
 
-def _main() -> None:
-    from topas.errors import one_line
-    from topas.launchers import jobs_overrides, name_missing
-    from topas.reproduce_args import check_args, parse_args
-    from topas.sweep import check_jobs, expand, run_sweep, status_counts, write_plan
+@dataclass
+class Setup:
+    """What the command line asks for, resolved: where runs and results go, which experiments, how runs are
+    placed (a user's launcher, this machine's GPUs, or local jobs) and the overrides every run gets."""
 
-    a = parse_args(__doc__, ROOT / "runs")
-    real = a.backend != "sim"
-    experiments = a.experiments if a.experiments is not None else default_experiments(a.grid, a.backend)
+    a: argparse.Namespace
+    experiments: list[str]
+    out: Path
+    runs: Path
+    extra: list[str]
+    launcher: str | None = None
+    gpus: list[str] = field(default_factory=list)
+    cpu: bool = False  # a real engine without a GPU: the tiny CPU model, explicit rates
+
+    @property
+    def placed_here(self) -> bool:  # a real engine without a user's launcher: runs placed on this machine's GPUs
+        return self.a.backend == "sglang" and self.launcher is None
+
+    def name(self, exp: str) -> str:
+        return experiment_name(exp, self.a.grid, self.a.backend)
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+
+def setup(a: argparse.Namespace) -> Setup:
+    """The command line resolved and checked (one `error:` line, status 2, before anything runs)."""
+    from topas.reproduce_args import check_args
+
     if a.out:
         out = Path(a.out)
-    elif real:
+    elif a.backend != "sim":
         out = ROOT / "analysis" / "results" / a.backend / a.grid
     else:
         out = ROOT / "analysis" / "results" / ("" if a.grid == "default" else a.grid)
-    runs = Path(a.runs).resolve()
-    problem = check_args(a, runs, out, {e: experiment_name(e, a.grid, a.backend) for e in EXPERIMENTS})
+    s = Setup(a, a.experiments if a.experiments is not None else default_experiments(a.grid, a.backend), out,
+              Path(a.runs).resolve(), list(a.overrides), _launcher_given(a.overrides))
+    problem = check_args(a, s.runs, out, {e: s.name(e) for e in EXPERIMENTS})
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        raise SystemExit(2)
-    log_dir = runs / "logs"
-    start = time.time()
-    incomplete = False
-    launcher = _launcher_given(a.overrides)
-    placed_here = a.backend == "sglang" and launcher is None
-    gpus: list[str] = []
-    extra = list(a.overrides)
+        _fail(problem)
     if a.backend == "sglang":
         from topas.placement import visible_gpus
 
-        gpus = visible_gpus()
-        if launcher is not None and "slurm" in launcher and "hydra.launcher.gpus_per_node" not in _keys(extra):
-            per = next((o.split("=", 1)[1] for o in extra if o.startswith("backend.gpus_per_run=")), "1")
-            extra.append(f"hydra.launcher.gpus_per_node={per}")  # one server per SLURM job, on its own GPU(s)
-    cpu = a.backend == "sglang" and not gpus and launcher is None and "model" not in _keys(extra)
-    if not a.skip_runs:
-        plans = {}
-        for exp in experiments:
-            try:
-                ov = sweep_overrides(exp, a.grid, a.backend, extra, runs, a.wandb, cpu=cpu)
-                ov += jobs_overrides(launcher, a.jobs, ov) if launcher else []  # --jobs applied to the user's launcher
-                plans[exp] = (ov, expand(ov))
-                check_jobs(plans[exp][1])  # every override value, as each run checks it: before anything runs
-            except Exception as e:  # noqa: BLE001 - a bad override or backend: nothing has run yet
-                from topas.sweep import explain
+        s.gpus = visible_gpus()
+        if s.launcher is not None and "slurm" in s.launcher and "hydra.launcher.gpus_per_node" not in _keys(s.extra):
+            per = next((o.split("=", 1)[1] for o in s.extra if o.startswith("backend.gpus_per_run=")), "1")
+            s.extra.append(f"hydra.launcher.gpus_per_node={per}")  # one server per SLURM job, on its own GPU(s)
+    s.cpu = a.backend == "sglang" and not s.gpus and s.launcher is None and "model" not in _keys(s.extra)
+    return s
 
-                print(f"error: experiment {exp}: {explain(e, extra)}", file=sys.stderr)
-                raise SystemExit(2) from None
-        total = sum(len(jobs) for _, jobs in plans.values())
-        if placed_here:
-            where = f"GPUs {','.join(gpus)}" if gpus else "CPU (no GPU visible: tiny model, scaled tokens)"
-            print(f"the '{a.grid}' grid on backend '{a.backend}': {total} runs on {where}", flush=True)
-            try:
-                placements = _placement(a, plans, gpus, print)
-            except ValueError as e:
-                print(f"error: {one_line(e)}", file=sys.stderr)
-                raise SystemExit(2) from None
-        else:
-            jobs_n = a.jobs or os.cpu_count() or 1
-            print(f"{'plan of ' if a.dry_run else 'running '}the '{a.grid}' grid on backend '{a.backend}': {total} runs, "
-                  f"{'launcher ' + launcher if launcher else f'{jobs_n} local jobs'}", flush=True)
-        if a.dry_run:
-            for exp, (_, jobs) in plans.items():
-                print(f"  {experiment_name(exp, a.grid, a.backend)}: {len(jobs)} runs, e.g. {' '.join(jobs[0]) if jobs else '-'}")
-                schedulers = list(dict.fromkeys(o.split("=", 1)[1] for j in jobs for o in j if o.startswith("scheduler=")))
-                if schedulers:
-                    print(f"    schedulers ({len(schedulers)}): {','.join(schedulers)}")
-            print("dry run: nothing was started")
-            return
-        log_dir.mkdir(parents=True, exist_ok=True)
-        print(f"console output in {log_dir}/", flush=True)
-        with tqdm(total=total, desc="reproduce", unit="run", dynamic_ncols=True) as bar:
-            for exp, (ov, jobs) in plans.items():
-                name = experiment_name(exp, a.grid, a.backend)
-                exp_dir = runs / name
-                write_plan(exp_dir, jobs)  # the experiment's last sweep: what the report reads
-                t0 = time.time()
-                if placed_here:
-                    from topas.placement import run_placed
 
-                    df, rc = run_placed(placements[exp], jobs, exp_dir, exp_dir / "sweep_manifest.jsonl",
-                                        log_dir / f"{name}.log", bar.update)
-                else:
-                    df, rc = run_sweep(ov, exp_dir / "sweep_manifest.jsonl", log_dir / f"{name}.log",
-                                       a.jobs or os.cpu_count() or 1, bar.update, jobs)
-                c = status_counts(df)
-                bad = c["failed"] + c["missing"]
-                incomplete |= bool(bad) or rc != 0
-                if a.wandb:
-                    _log_skipped(df, a.wandb, bar.write)
-                note = "" if not bad and rc == 0 else f"  INCOMPLETE (sweep exit {rc}; see {log_dir / (name + '*.log')})"
-                bar.write(f"  {exp:11s} {time.time() - t0:7.1f} s  {len(df)} runs: {c['ok']} ok, {c['cached']} cached, "
-                          f"{c['failed']} failed, {c['missing']} missing{note}")
-                name_missing(df, rc, log_dir / f"{name}.log", exp_dir / "sweep_manifest.jsonl", bar.write)  # the errors, named
-    from analysis.report import report
+def plan(s: Setup) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """Every experiment's multirun overrides and its jobs, every override value checked as each run checks it:
+    before anything runs."""
+    from topas.launchers import jobs_overrides
+    from topas.sweep import check_jobs, expand, explain
 
-    names = {e: experiment_name(e, a.grid, a.backend) for e in EXPERIMENTS}
+    plans = {}
+    for exp in s.experiments:
+        try:
+            ov = sweep_overrides(exp, s.a.grid, s.a.backend, s.extra, s.runs, s.a.wandb, cpu=s.cpu)
+            ov += jobs_overrides(s.launcher, s.a.jobs, ov) if s.launcher else []  # --jobs applied to the user's launcher
+            plans[exp] = (ov, expand(ov))
+            check_jobs(plans[exp][1])
+        except Exception as e:  # noqa: BLE001 - a bad override or backend: nothing has run yet
+            _fail(f"experiment {exp}: {explain(e, s.extra)}")
+    return plans
+
+
+def announce(s: Setup, plans: dict) -> dict:
+    """Print the plan; on a real engine placed here, where each run goes and the estimated time (exp -> workers)."""
+    from topas.errors import one_line
+
+    total = sum(len(jobs) for _, jobs in plans.values())
+    if not s.placed_here:
+        jobs_n = s.a.jobs or os.cpu_count() or 1
+        print(f"{'plan of ' if s.a.dry_run else 'running '}the '{s.a.grid}' grid on backend '{s.a.backend}': {total} runs, "
+              f"{'launcher ' + s.launcher if s.launcher else f'{jobs_n} local jobs'}", flush=True)
+        return {}
+    from topas.placement import place_experiments
+
+    where = f"GPUs {','.join(s.gpus)}" if s.gpus else "CPU (no GPU visible: tiny model, scaled tokens)"
+    print(f"the '{s.a.grid}' grid on backend '{s.a.backend}': {total} runs on {where}", flush=True)
     try:
-        _, failed = report(names, out, runs_root=runs, wandb_mode=a.wandb)
-        if real:
-            _real_vs_sim(runs / names["main"], out)
+        return place_experiments({s.name(e): jobs for e, (_, jobs) in plans.items()}, s.gpus, s.a.jobs, print)
+    except ValueError as e:
+        _fail(one_line(e))
+    return {}
+
+
+def dry_run(s: Setup, plans: dict) -> None:
+    for exp, (_, jobs) in plans.items():
+        print(f"  {s.name(exp)}: {len(jobs)} runs, e.g. {' '.join(jobs[0]) if jobs else '-'}")
+        schedulers = list(dict.fromkeys(o.split("=", 1)[1] for j in jobs for o in j if o.startswith("scheduler=")))
+        if schedulers:
+            print(f"    schedulers ({len(schedulers)}): {','.join(schedulers)}")
+    print("dry run: nothing was started")
+
+
+def run(s: Setup, plans: dict, placements: dict) -> bool:
+    """Every experiment's sweep, one after another, under one progress bar; True when a run is incomplete."""
+    log_dir = s.runs / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    print(f"console output in {log_dir}/", flush=True)
+    incomplete = False
+    with tqdm(total=sum(len(jobs) for _, jobs in plans.values()), desc="reproduce", unit="run", dynamic_ncols=True) as bar:
+        for exp, (ov, jobs) in plans.items():
+            incomplete |= _run_experiment(s, exp, ov, jobs, placements.get(s.name(exp)), bar)
+    return incomplete
+
+
+def _run_experiment(s: Setup, exp: str, ov: list[str], jobs: list[list[str]], workers, bar) -> bool:
+    from topas.launchers import name_missing
+    from topas.sweep import run_sweep, status_counts, write_plan
+
+    name, log_dir = s.name(exp), s.runs / "logs"
+    exp_dir = s.runs / name
+    write_plan(exp_dir, jobs)  # the experiment's last sweep: what the report reads
+    t0 = time.time()
+    if s.placed_here:
+        from topas.placement import run_placed
+
+        df, rc = run_placed(workers, jobs, exp_dir, exp_dir / "sweep_manifest.jsonl", log_dir / f"{name}.log", bar.update)
+    else:
+        df, rc = run_sweep(ov, exp_dir / "sweep_manifest.jsonl", log_dir / f"{name}.log", s.a.jobs or os.cpu_count() or 1,
+                           bar.update, jobs)
+    c = status_counts(df)
+    bad = c["failed"] + c["missing"]
+    if s.a.wandb:
+        _log_skipped(df, s.a.wandb, bar.write)
+    note = "" if not bad and rc == 0 else f"  INCOMPLETE (sweep exit {rc}; see {log_dir / (name + '*.log')})"
+    bar.write(f"  {exp:11s} {time.time() - t0:7.1f} s  {len(df)} runs: {c['ok']} ok, {c['cached']} cached, "
+              f"{c['failed']} failed, {c['missing']} missing{note}")
+    name_missing(df, rc, log_dir / f"{name}.log", exp_dir / "sweep_manifest.jsonl", bar.write)  # the errors, named
+    return bool(bad) or rc != 0
+
+
+def report_results(s: Setup, incomplete: bool, start: float) -> None:
+    """The tables, figures and verdicts of every experiment; exit 1 when a run failed or is missing."""
+    from analysis.report import report
+    from analysis.report_tables import real_vs_sim
+    from topas.errors import one_line
+
+    names = {e: s.name(e) for e in EXPERIMENTS}
+    try:
+        _, failed = report(names, s.out, runs_root=s.runs, wandb_mode=s.a.wandb)
+        if s.a.backend != "sim" and real_vs_sim(s.runs / names["main"], s.out):
+            print(f"real vs simulator, per run: {s.out / 'real_vs_sim.md'}")
     except (OSError, ValueError) as e:  # a full disk, a damaged file: one line naming it
-        print(f"error: writing the report to {out}: {one_line(e, out)}", file=sys.stderr)
-        raise SystemExit(2) from None
-    print(f"total {time.time() - start:.0f} s; results in {out}")
+        _fail(f"writing the report to {s.out}: {one_line(e, s.out)}")
+    print(f"total {time.time() - start:.0f} s; results in {s.out}")
     if incomplete or len(failed):
-        print(f"error: {len(failed)} run(s) failed or are missing; the tables are incomplete ({out / 'failed_runs.md'})",
+        print(f"error: {len(failed)} run(s) failed or are missing; the tables are incomplete ({s.out / 'failed_runs.md'})",
               file=sys.stderr)
         raise SystemExit(1)
 
 
-def _real_vs_sim(exp_dir: Path, out: Path) -> None:
-    """real_vs_sim.md: every real run's measurement beside the simulator's prediction of the same
-    trace (its sim_prediction.json, written by the placement worker: topas/prediction.py)."""
-    import pandas as pd
+def _main() -> None:
+    from topas.reproduce_args import parse_args
 
-    rows = []
-    for f in sorted(exp_dir.glob("**/sim_prediction.json")):
-        if not (f.parent / "summary.json").exists():
-            continue
-        s = {**json.loads((f.parent / "summary.json").read_text()), **json.loads(f.read_text())}
-        rows.append({"workload": s.get("workload"), "scheduler": s.get("scheduler"), "seed": s.get("seed"),
-                     "JCT real (s)": s.get("jct_mean"), "JCT sim (s)": s.get("sim_jct_mean"),
-                     "makespan real (s)": s.get("makespan_s"), "makespan sim (s)": s.get("sim_makespan_s"),
-                     "sim latency": s.get("sim_latency"), "token scale": s.get("token_scale")})
-    if not rows:
-        return
-    df = pd.DataFrame(rows).sort_values(["workload", "scheduler", "seed"])
-    df["JCT sim/real"] = df["JCT sim (s)"] / df["JCT real (s)"]
-    out.mkdir(parents=True, exist_ok=True)
-    note = ("Each real run (its summary.json) beside the simulator's prediction of the same scaled trace, model, GPU "
-            "and policy (sim latency: the latency model used; on CPU the measured tiny-model profile of `make fidelity`).")
-    (out / "real_vs_sim.md").write_text(
-        "# Real engine vs the simulator's prediction, per run\n\n" + df.to_markdown(index=False, floatfmt=".3g")
-        + f"\n\n{note}\n")
-    print(f"real vs simulator, per run: {out / 'real_vs_sim.md'}")
+    start = time.time()
+    s = setup(parse_args(__doc__, ROOT / "runs"))
+    incomplete = False
+    if not s.a.skip_runs:
+        plans = plan(s)
+        placements = announce(s, plans)
+        if s.a.dry_run:
+            dry_run(s, plans)
+            return
+        incomplete = run(s, plans, placements)
+    report_results(s, incomplete, start)
 
 
 if __name__ == "__main__":

@@ -4,14 +4,9 @@ A run's folder is a function of everything that changes its result:
 `runs/<experiment>/<workload>/<scheduler>/<load>/seed<seed>-<config hash>`, where the
 readable levels are for people and the hash (of the whole resolved config, output-only
 keys left out) keeps two configs apart that the readable levels do not (a parameter sweep,
-another GPU, another trace file). The summary's fingerprint adds the code: a sweep skips a
-folder only when code and config are the same, and re-runs it in place otherwise.
-
-The code is every source and data file of `topas` and `baselines` but the policy packages the
-run's scheduler does not come from: a change to TOPAS (`topas/scheduler/`) re-runs the TOPAS runs
-only, a change to a baseline the baseline runs only. This holds because no policy package imports
-another (tests/test_run_identity.py checks the imports); the engines, workloads and policy API are
-shared and in every run's fingerprint.
+another GPU, another trace file). The summary's fingerprint (topas/fingerprint.py) adds the code
+the run executes: a sweep skips a folder only when code and config are the same, and re-runs it in
+place otherwise.
 
 A run's identity also covers the content of every file it reads (`input_files`: a replayed trace,
 a measured latency profile, the capacity files a `load` is read from), so a file edited in place
@@ -26,17 +21,11 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from omegaconf import Container, DictConfig, OmegaConf
 
-ROOT = Path(__file__).resolve().parents[1]
-_PACKAGES = ("topas", "baselines")
-# policy package (module name) -> its folder; a run's fingerprint leaves out the ones its policy is not from
-POLICY_PACKAGES = {"topas.scheduler": "topas/scheduler", "baselines": "baselines"}
-_SUFFIXES = {".py", ".yaml", ".yml", ".json"}
 # config keys that say where and how a run is written or shown, not what it computes
 OUTPUT_ONLY_KEYS = frozenset({"hydra", "logger", "progress", "out_dir", "run_subdir", "experiment_name", "sweep_manifest"})
 
@@ -45,32 +34,6 @@ def config_hash(config: Mapping[str, Any], n: int = 8) -> str:
     """Hash of a resolved config (a plain mapping) without its output-only keys."""
     cfg = {k: v for k, v in config.items() if k not in OUTPUT_ONLY_KEYS}
     return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:n]
-
-
-@lru_cache(maxsize=None)
-def code_fingerprint(policy_package: str | None = None) -> str:
-    """Every source and data file of the `topas` and `baselines` packages; with `policy_package` (a key of
-    POLICY_PACKAGES), less the other policy packages."""
-    skip = [ROOT / d for m, d in POLICY_PACKAGES.items() if policy_package is not None and m != policy_package]
-    h = hashlib.sha256()
-    for pkg in _PACKAGES:
-        for f in sorted((ROOT / pkg).rglob("*")):
-            if f.suffix in _SUFFIXES and f.is_file() and "__pycache__" not in f.parts and not any(f.is_relative_to(d) for d in skip):
-                h.update(str(f.relative_to(ROOT)).encode())
-                h.update(f.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def policy_package(scheduler: str) -> str | None:
-    """The policy package (a key of POLICY_PACKAGES) a registered scheduler comes from; None for any other
-    (a policy registered at run time, e.g. by a test, or an unknown name): its run's fingerprint then takes every package."""
-    from topas.policy.registry import UnknownPolicyError, policy_class
-
-    try:
-        module = policy_class(scheduler).__module__
-    except UnknownPolicyError:  # a config error, reported by validation
-        return None
-    return next((m for m in POLICY_PACKAGES if module == m or module.startswith(m + ".")), None)
 
 
 def input_files(config: Mapping[str, Any]) -> list[Path]:
@@ -102,18 +65,6 @@ def content_digest(files: list[Path]) -> str:
         except OSError as e:
             h.update(f"{f}\0{type(e).__name__}".encode())
     return h.hexdigest()
-
-
-def run_fingerprint(config: Mapping[str, Any]) -> str:
-    """Code fingerprint (scoped to the run's policy package) + config hash + the content of the files it reads:
-    a complete folder with another fingerprint is re-run."""
-    scheduler = (config.get("scheduler") or {}).get("name")
-    package = policy_package(scheduler) if isinstance(scheduler, str) else None
-    key = f"{code_fingerprint(package)}|{config_hash(config, 64)}"
-    files = input_files(config)
-    if files:  # runs that read no file keep the fingerprint they always had
-        key += f"|{content_digest(files)}"
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def _number(x: Any) -> float | None:

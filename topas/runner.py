@@ -66,7 +66,7 @@ def arrival_rate_for(w, model: ModelSpec, gpu: GpuSpec) -> float | None:
 
 def fingerprint_of(cfg: DictConfig) -> str:
     """The run's code + config fingerprint (a sweep re-runs a folder whose fingerprint differs)."""
-    from topas.run_identity import run_fingerprint
+    from topas.fingerprint import run_fingerprint
 
     return run_fingerprint(_plain_config(cfg))
 

@@ -3,7 +3,8 @@
 - `expand` lists the jobs a multirun will launch (Hydra's own basic-sweeper expansion of the
   experiment's `hydra.sweeper.params` plus the command-line overrides); `sweep_choices` expands
   one sweep value (a comma list, `range(...)`, or `glob(...)` over a config group such as
-  conf/scheduler, e.g. the main grid's `scheduler: glob(*,exclude=[*_base,*_no_*])`).
+  conf/scheduler, e.g. `scheduler: glob(*,exclude=[*_base,*_no_*])`; the experiment grids name a scheduler
+  set instead, `${scheduler_set:full}`, topas/scheduler_sets.py).
 - Every job appends its outcome (ok, cached, failed) to the sweep's manifest (`sweep_manifest`,
   a JSON-lines file, run folders relative to its own folder, so a runs folder can be copied or
   moved); a job that never reports (a killed worker, an aborted sweep) is missing, unless its

@@ -26,6 +26,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from topas.scheduler_sets import REFERENCES
+
 WORKLOADS = ("chain3", "dag4", "dag10_wide")
 SEEDS = (100, 101)
 LOAD = 0.7
@@ -58,7 +60,7 @@ PARAM_GRIDS: dict[str, list[dict[str, Any]]] = {
     "continuum_ttl": _grid(eta=[1.0, 0.5, 0.0], max_pin_fraction=[0.5, 0.3], stop_at_first_misfit=[True, False]),
     "phase_batch": _grid(starvation_limit_s=[600.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 900.0, 1800.0, "inf"]),
 }
-NOT_TUNED = {"phase_batch_nolimit": "the labelled no-limit reference of phase_batch"}
+NOT_TUNED = {name: "a labelled reference row (topas/scheduler_sets.py REFERENCES)" for name in REFERENCES}
 
 
 def tuned_schedulers() -> dict[str, list[dict[str, Any]]]:
@@ -101,7 +103,7 @@ def main() -> None:
     from tqdm import tqdm
 
     from topas.reproduce_args import OneLineParser, positive
-    from topas.sweep import check_jobs, expand, explain, outcomes, run_sweep, summaries
+    from topas.sweep import check_jobs, expand, explain, run_sweep
 
     ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--schedulers", nargs="*", default=list(GRIDS), help="run these (the tables cover every scheduler run so far)")
@@ -123,8 +125,17 @@ def main() -> None:
     with tqdm(total=sum(len(jobs[s]) for s in a.schedulers), desc="tuning", unit="run") as bar:
         for s in a.schedulers:
             run_sweep(sweep_overrides(s, runs), manifest[s], runs / "logs" / f"tuning_{s}.log", a.jobs, bar.update, jobs[s])
+    df, failed = collect(jobs, manifest)
+    write_tables(df, failed)
+
+
+def collect(jobs: dict[str, list[list[str]]], manifest: dict[str, Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every scheduler's last tuning sweep (run now or earlier): one row per run with its parameter values and its
+    JCT over FCFS's on the same point; and the runs that failed or are missing."""
+    from topas.sweep import outcomes, summaries
+
     frames, failed = [], []
-    for s in GRIDS:  # the last sweep of every scheduler (run now or earlier)
+    for s in GRIDS:
         if not manifest[s].exists():
             continue
         df = outcomes(jobs[s], manifest[s])
@@ -137,9 +148,13 @@ def main() -> None:
         got["config"] = [config_tag(r, keys) for _, r in got.iterrows()] if len(got) else []
         frames.append(got)
     df = pd.concat(frames, ignore_index=True)
-    failed = pd.concat(failed, ignore_index=True)
     fcfs = df[df["scheduler_cfg"] == "fcfs"].set_index(["workload", "seed"])["jct_mean"]
     df["ratio_vs_fcfs"] = [r.jct_mean / fcfs.get((r.workload, r.seed), float("nan")) for r in df.itertuples()]
+    return df, pd.concat(failed, ignore_index=True)
+
+
+def write_tables(df: pd.DataFrame, failed: pd.DataFrame) -> None:
+    """tuning.md (the chosen configuration per scheduler, then every configuration) and tuning_runs.csv."""
     table = df.groupby(["scheduler_cfg", "config"]).agg(
         objective=("ratio_vs_fcfs", "mean"), jct_mean=("jct_mean", "mean"), jct_p99=("jct_p99", "mean"), runs=("jct_mean", "size")
     ).reset_index().sort_values(["scheduler_cfg", "objective"])

@@ -30,6 +30,7 @@ from IPython.display import Markdown
 from analysis import display, figures, figures_cdf, notebook, regime, style, tables
 from analysis.figures_claims import paper_vs_ours
 from analysis.report import WALLCLOCK_CLAIMS, claim_verdicts
+from topas.scheduler_sets import baselines
 
 runs, failed = notebook.load({needed!r}, RUNS_ROOT, SUFFIX)  # stops here, in one line, without runs
 show = lambda fig, name: notebook.show(fig, name, SAVE_DIR)
@@ -48,7 +49,7 @@ display.claims_display(verdicts)""",
         'show(figures.main_jct(df), "main_jct")',
         'show(figures_cdf.jct_cdf(df), "jct_cdf")',
         'show(figures_cdf.bound_cdf(df), "bound_cdf")',
-        """best = tables.best_baseline(df, "metagpt_tl", "jct_mean", tables.load_claims()["paper_baselines"])
+        """best = tables.best_baseline(df, "metagpt_tl", "jct_mean", list(baselines("paper")))
 show(figures.timeline(df, "metagpt_tl", best) if best else None, "timeline_metagpt_tl")""",
     ]),
     "load_sweep": ("Mean JCT vs offered load", ["load_sweep"], ['show(figures.jct_vs_load(runs["load_sweep"]), "jct_vs_load")']),

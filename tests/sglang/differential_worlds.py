@@ -117,7 +117,7 @@ class World:
         self.kind = kind
         self.hicache = hicache
         self.tok = Tokens()
-        self.sim = RadixCache(1 << 30, host_capacity=(1 << 30) if hicache else 0)
+        self.sim = RadixCache(1 << 30, host_pool_tokens=(1 << 30) if hicache else 0)
         self.alloc = FreshSlots()
         params: dict[str, Any] = dict(disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=self.alloc,
                                       page_size=1)

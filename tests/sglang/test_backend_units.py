@@ -15,9 +15,9 @@ from sglang_support import compose_cfg as cfg
 from topas.config import ConfigError, validate
 from topas.engines.sglang.client import backend_config
 from topas.engines.sglang.client.records import per_iteration_latency, sglang_record
-from topas.engines.sglang.client.scaling import auto_token_scale, max_call_tokens, scale_trace, scaled_tokens
 from topas.engines.sglang.jsonl import read_jsonl
 from topas.results import REQUESTS, TASKS, TIMELINE, summarize
+from topas.workloads.scaling import auto_token_scale, max_call_tokens, scale_trace, scaled_tokens
 
 # -- configs -----------------------------------------------------------------------------------
 

@@ -289,13 +289,13 @@ def test_hicache_host_hits_match_sglang(policy: str):
 def test_stock_defaults():
     """The configured baselines are SGLang's defaults (schedule_policy.py constants)."""
     import sglang.srt.managers.schedule_policy as sp
-    from omegaconf import OmegaConf
-    from sglang_support import CONF
 
-    lpm = OmegaConf.load(f"{CONF}/scheduler/lpm.yaml").params
+    from topas.sweep import compose_config
+
+    lpm = compose_config(["scheduler=lpm"]).scheduler.params
     assert (lpm.fcfs_above_waiting, lpm.in_batch_check_threshold, lpm.in_batch_deprioritize_threshold) == (
         sp.WAITING_QUEUE_PREFIX_MATCH_MAX, sp.IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD,
         sp.IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD)
     p = create_policy("lpm").params
     assert (p.fcfs_above_waiting, p.in_batch_check_threshold, p.in_batch_deprioritize_threshold) == (128, 32, 32)
-    assert dict(OmegaConf.load(f"{CONF}/scheduler/dfs_weight.yaml").params) == {}
+    assert dict(compose_config(["scheduler=dfs_weight"]).scheduler.params) == {}

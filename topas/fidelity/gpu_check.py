@@ -212,8 +212,8 @@ def write_trace(a: argparse.Namespace, base: list[str], out: Path) -> tuple[Any,
     from topas.config import validate
     from topas.engines.latency.specs import load_model_spec
     from topas.engines.sglang.client.backend_config import CPU_DEFAULT_POOL, SGLangBackendConfig, resolve_token_scale
-    from topas.engines.sglang.client.scaling import scale_trace
     from topas.workloads import build_trace, dump_trace
+    from topas.workloads.scaling import scale_trace
 
     wcfg = compose_cfg([*base, f"workload={a.workload}", f"workload.num_tasks={a.num_tasks}",
                         f"workload.arrival_rate={a.arrival_rate}", "workload.load=null"])

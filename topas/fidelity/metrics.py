@@ -121,9 +121,3 @@ def dependency_violations(folder: str | Path, trace) -> list[str]:
                 if me.ready < at[(t.task_id, d)].finish - 1e-9:
                     bad.append(f"task {t.task_id} {nid} released {me.ready:.4f} before {d} finished")
     return bad
-
-
-def task_jct(folder: str | Path) -> pd.Series:
-    """JCT by task id (all tasks)."""
-    t = pd.read_parquet(Path(folder) / "tasks.parquet")
-    return t.set_index("task_id")["jct"].astype(float)

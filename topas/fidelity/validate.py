@@ -93,8 +93,8 @@ def build_traces(s: Setup) -> dict[str, Path]:
     from dataclasses import replace
 
     from topas.config import validate
-    from topas.engines.sglang.client.scaling import scale_trace
     from topas.workloads import build_trace, dump_trace
+    from topas.workloads.scaling import scale_trace
 
     paths = {}
     for w in s.workloads:
@@ -187,23 +187,10 @@ def server_settings(profile: Path, real_summary: dict[str, Any]) -> dict[str, An
     }
 
 
-def validate_all(s: Setup) -> dict[str, Any]:
-    """Run everything; returns {"cells": [...], "settings": {...}} (see report.py)."""
+def _real_runs(s: Setup, traces: dict, cost_model: dict) -> tuple[dict, dict]:
+    """Every (workload, scheduler) on the real server, `s.repeats` times: their folders and first summaries."""
     from topas.engines.sglang.client.shared_server import shutdown_shared_servers
-    from topas.fidelity.calibrate import write_scaled_profile
-    from topas.fidelity.metrics import compare, run_metrics
 
-    t_start = time.monotonic()
-    s.runs.mkdir(parents=True, exist_ok=True)
-    traces = build_traces(s)
-    if s.profile:
-        profile = Path(s.profile).resolve()
-    elif s.reuse_real and (s.runs / "profile.json").is_file():
-        profile = s.runs / "profile.json"
-    else:
-        profile = measure_profile(s, s.runs / "profile.json")
-    t_profile = time.monotonic() - t_start
-    cost_model = {"latency_profile": str(profile)}
     real: dict[tuple[str, str], list[Path]] = {}
     summaries: dict[tuple[str, str], dict[str, Any]] = {}
     try:
@@ -222,28 +209,50 @@ def validate_all(s: Setup) -> dict[str, Any]:
                           f"{summ['requests_served']} requests, {time.monotonic() - t:.0f} s")
     finally:
         shutdown_shared_servers()
-    cells = []
-    for w in s.workloads:
-        for sched in s.schedulers:
-            engine = server_settings(profile, summaries[(w.name, sched)])
-            cell = s.runs / w.name / sched
-            sim_run(s, traces[w.name], sched, cell / "sim", profile, engine)
-            scaled, factors = [], []
-            for k, rd in enumerate(real[(w.name, sched)]):
-                prof_k, f = write_scaled_profile(profile, rd, cell / f"profile_scaled{k}.json")
-                sim_run(s, traces[w.name], sched, cell / f"sim_scaled{k}", prof_k, engine)
-                scaled.append(cell / f"sim_scaled{k}")
-                factors.append(f)
-            rows = compare([run_metrics(p) for p in real[(w.name, sched)]], run_metrics(cell / "sim"),
-                           [run_metrics(p) for p in scaled])
-            cells.append({"workload": w.name, "scheduler": sched, "token_scale": w.token_scale,
-                          "num_tasks": w.num_tasks, "arrival_rate": w.arrival_rate, "engine": engine,
-                          "real_dirs": [str(p) for p in real[(w.name, sched)]], "sim_dir": str(cell / "sim"),
-                          "sim_scaled_dirs": [str(p) for p in scaled], "speed_factors": factors,
-                          "trace": str(traces[w.name]), "metrics": rows})
-            j = rows["jct_mean"]
-            s.say(f"sim {w.name}/{sched}: JCT mean {j['sim']:.3f} s on the profile ({j['err']:+.1%}), "
-                  f"{j['sim_scaled']:.3f} s scaled to the run ({j['err_scaled']:+.1%}); real {j['real']:.3f} s")
+    return real, summaries
+
+
+def _cell(s: Setup, w, sched: str, trace: Path, profile: Path, reals: list[Path], summary: dict) -> dict[str, Any]:
+    """One (workload, scheduler): the simulator on the profile as measured and scaled to each real run's machine
+    speed, compared with the real runs."""
+    from topas.fidelity.calibrate import write_scaled_profile
+    from topas.fidelity.metrics import compare, run_metrics
+
+    engine = server_settings(profile, summary)
+    cell = s.runs / w.name / sched
+    sim_run(s, trace, sched, cell / "sim", profile, engine)
+    scaled, factors = [], []
+    for k, rd in enumerate(reals):
+        prof_k, f = write_scaled_profile(profile, rd, cell / f"profile_scaled{k}.json")
+        sim_run(s, trace, sched, cell / f"sim_scaled{k}", prof_k, engine)
+        scaled.append(cell / f"sim_scaled{k}")
+        factors.append(f)
+    rows = compare([run_metrics(p) for p in reals], run_metrics(cell / "sim"), [run_metrics(p) for p in scaled])
+    j = rows["jct_mean"]
+    s.say(f"sim {w.name}/{sched}: JCT mean {j['sim']:.3f} s on the profile ({j['err']:+.1%}), "
+          f"{j['sim_scaled']:.3f} s scaled to the run ({j['err_scaled']:+.1%}); real {j['real']:.3f} s")
+    return {"workload": w.name, "scheduler": sched, "token_scale": w.token_scale,
+            "num_tasks": w.num_tasks, "arrival_rate": w.arrival_rate, "engine": engine,
+            "real_dirs": [str(p) for p in reals], "sim_dir": str(cell / "sim"),
+            "sim_scaled_dirs": [str(p) for p in scaled], "speed_factors": factors,
+            "trace": str(trace), "metrics": rows}
+
+
+def validate_all(s: Setup) -> dict[str, Any]:
+    """Run everything; returns {"cells": [...], "settings": {...}} (see report.py)."""
+    t_start = time.monotonic()
+    s.runs.mkdir(parents=True, exist_ok=True)
+    traces = build_traces(s)
+    if s.profile:
+        profile = Path(s.profile).resolve()
+    elif s.reuse_real and (s.runs / "profile.json").is_file():
+        profile = s.runs / "profile.json"
+    else:
+        profile = measure_profile(s, s.runs / "profile.json")
+    t_profile = time.monotonic() - t_start
+    real, summaries = _real_runs(s, traces, {"latency_profile": str(profile)})
+    cells = [_cell(s, w, sched, traces[w.name], profile, real[(w.name, sched)], summaries[(w.name, sched)])
+             for w in s.workloads for sched in s.schedulers]
     prof = json.loads(profile.read_text())
     return {
         "cells": cells,

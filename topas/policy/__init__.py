@@ -5,6 +5,7 @@ registry from config name to policy class. Policies import only this package and
 
 from topas.policy.decision import Decision
 from topas.policy.events import Event, RequestFinished, RequestReady, TaskArrived
+from topas.policy.params import check_ranges
 from topas.policy.registry import (
     Policy,
     UnknownPolicyError,
@@ -31,6 +32,7 @@ __all__ = [
     "TaskProgress",
     "UnknownPolicyError",
     "builtin_policy_names",
+    "check_ranges",
     "create_policy",
     "is_ablation",
     "policy_names",

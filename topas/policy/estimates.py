@@ -15,11 +15,15 @@ from dataclasses import dataclass, field
 from topas.policy.events import Event, RequestFinished
 
 Key = tuple[str, str]  # (agent, stage)
+# The output length every policy assumes for a call before any call has finished: one number for every call of
+# every workload (never a workload's own length parameters, which are the truth for fixed-length workloads). Each
+# policy's `prior_output_tokens` parameter defaults to it.
+PRIOR_OUTPUT_TOKENS = 256.0
 
 
 @dataclass(frozen=True)
 class Prior:
-    output_tokens: float = 256.0  # the same for every call of every workload
+    output_tokens: float = PRIOR_OUTPUT_TOKENS  # the same for every call of every workload
     weight: float = 1.0  # pseudo-observations
 
 

@@ -20,6 +20,7 @@ from topas.checks import RangeError, integral, is_number
 from topas.policy.decision import Decision
 from topas.policy.events import Event
 from topas.policy.view import SchedulerView
+from topas.scheduler_sets import is_ablation  # noqa: F401 - re-exported (topas.policy.is_ablation)
 
 
 class UnknownPolicyError(ValueError):
@@ -99,11 +100,24 @@ def builtin_policy_names() -> list[str]:
                   if any(cls.__module__ == m or cls.__module__.startswith(m + ".") for m in _BUILTIN_MODULES))
 
 
-def is_ablation(name: str) -> bool:
-    """An ablation variant of a scheduler (by name: `<scheduler>_base`, `<scheduler>_no_<term>`).
-    Registered like any scheduler and run by the ablation experiment; the main grid and the
-    tuning sweep leave it out (it takes its parent's tuned parameters)."""
-    return name.endswith("_base") or "_no_" in name
+def parent_policy(name: str) -> str | None:
+    """The registered policy `name`'s class extends (a variant: an ablation, a reference row), or None."""
+    base = policy_class(name).__mro__[1]
+    return base.name if base in _REGISTRY.values() else None
+
+
+def config_node(name: str) -> dict[str, Any]:
+    """A scheduler's parameter defaults as a Hydra config node, from its Params dataclass (the one place they are
+    written): stored as `scheduler/schema/<name>` (hydra_plugins/topas_conf) and composed by
+    conf/scheduler/<name>.yaml, which adds the tuned values only. A variant's node holds only the defaults it
+    changes (its file composes its parent's first), so a run's config lists every parameter once."""
+    cls = policy_class(name)
+    params = dataclasses.asdict(cls.Params())
+    parent = parent_policy(name)
+    if parent is not None:
+        inherited = dataclasses.asdict(policy_class(parent).Params())
+        params = {k: v for k, v in params.items() if k not in inherited or inherited[k] != v}
+    return {"name": name, "params": params}
 
 
 def policy_class(name: str) -> type[Policy]:

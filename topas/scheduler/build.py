@@ -82,7 +82,7 @@ def build_problem(view: SchedulerView, e: DecisionEstimates, est: Estimator, p: 
         for r in rs:
             request_agent[r.rid], request_task[r.rid], request_tokens[r.rid] = r.agent, r.task_id, est.kv(r)
     return Problem(
-        budget=view.kv_pool_tokens,
+        kv_pool_tokens=view.kv_pool_tokens,
         base_tokens=sum(map(est.kv, view.running)),
         agents=agents,
         request_agent=request_agent,

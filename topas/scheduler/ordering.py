@@ -3,7 +3,7 @@
 The plan's part (its admitted calls, its blocked calls, and the first calls of tasks whose small prefix is
 outside R') is grouped by agent, so calls that share a prefix are admitted together (as Parrot's ctx_group),
 and the groups are ranked by the best task they serve, a task being worth its whole conditional progress
-(`task_value`); when the prefixes locked by running calls bind the pool (`prefix_bound`), by the demand
+(`task_value`); when the prefixes locked by running calls bind the pool (`prefixes_bind_pool`), by the demand
 they serve instead (`group_demand`: consolidation). The work-conserving fill follows: every other waiting
 call, agents in R' first, then by aging weight and ready time, grouped by agent. The fill never reorders
 the plan's part.
@@ -43,13 +43,13 @@ def task_value(chain: Sequence[tuple[str, float]]) -> float:
 
 def group_demand(group: Sequence[str], value_of: Callable[[str], float]) -> tuple[float, int]:
     """What an agent group serves: the summed value of its calls' tasks, then its number of calls (ties).
-    Ranking groups by it instead of by their best task is the consolidation order (`prefix_bound`)."""
+    Ranking groups by it instead of by their best task is the consolidation order (`prefixes_bind_pool`)."""
     return sum([value_of(rid) for rid in group]), len(group)
 
 
-def prefix_bound(locked_tokens: int, pool_tokens: int, share: float) -> bool:
+def prefixes_bind_pool(locked_tokens: int, kv_pool_tokens: int, share: float) -> bool:
     """The batch is bound by prefixes: those locked by running calls take more than `share` of the pool."""
-    return locked_tokens > share * pool_tokens
+    return locked_tokens > share * kv_pool_tokens
 
 
 def small_prefix_calls(p: Problem, resident: frozenset[str], listed: Mapping[str, float]) -> list[tuple[float, str]]:
@@ -85,7 +85,7 @@ def admission_list(view: SchedulerView, problem: Problem, plan: Plan, aging: Map
     task_of = problem.request_task
     value_of = lambda rid: values.get(task_of[rid], 0.0)  # noqa: E731
     locked = sum([o.tokens for o in problem.agents.values() if o.forced])
-    if prefix_bound(locked, problem.budget, consolidate_share):
+    if prefixes_bind_pool(locked, problem.kv_pool_tokens, consolidate_share):
         rank = lambda group: group_demand(group, value_of)  # noqa: E731
     else:
         rank = lambda group: max(value_of(rid) for rid in group)  # noqa: E731

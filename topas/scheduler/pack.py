@@ -2,13 +2,13 @@
 
 Calls are taken task by task from their admission chains, the task whose remaining chain is worth most
 first (a fan-out's branches compete by what admitting all of them is worth, at any width), until the
-budget is spent, the next value is zero, or K actions are taken; the budget constraint
+pool (`kv_pool_tokens`, B) is full, the next value is zero, or K actions are taken; the pool constraint
 sum_{a in R'} l_a + sum_{r in Q'} d_r <= B holds for every plan. A call that does not fit is blocked and
 the rest of its task's chain is dropped (later gains are conditional on it).
 
 No waiting call depends on R' alone to be scored: a task with a call waiting well beyond the expected wait
 W (`Problem.overdue`) whose agents are all outside R' still offers its first call, by its own gain;
-admitting it brings the agent's prefix into R' (its tokens join the budget, its move-in is charged).
+admitting it brings the agent's prefix into R' (its tokens join the pool's, its move-in is charged).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def _heads(p: Problem, resident: frozenset[str]) -> list[tuple[float, int, int, 
 
 def greedy_pack(p: Problem, resident: frozenset[str]) -> Plan:
     """The state R' = `resident` filled with admissions by value (no preemption: repair.py adds those)."""
-    agents, budget, tokens = p.agents, p.budget, p.request_tokens
+    agents, kv_pool_tokens, tokens = p.agents, p.kv_pool_tokens, p.request_tokens
     mem = p.base_tokens + sum([agents[a].tokens for a in resident])
     heap = _heads(p, resident)  # keys (-value, task, index) are distinct: pops come in one order
     heapq.heapify(heap)
@@ -75,7 +75,7 @@ def greedy_pack(p: Problem, resident: frozenset[str]) -> Plan:
     pop, push = heapq.heappop, heapq.heappush
     min_d = p.min_tokens()
     while heap and len(admit) < max_admit:
-        if mem + min_d > budget:  # nothing left fits: the rest are blocked (their chains dropped), in pop order
+        if mem + min_d > kv_pool_tokens:  # nothing left fits: the rest are blocked (their chains dropped), in pop order
             for neg, _, i, ch in sorted(heap):
                 if -neg <= 0:
                     break
@@ -89,7 +89,7 @@ def greedy_pack(p: Problem, resident: frozenset[str]) -> Plan:
             rid, g = ch[0]
             a = p.request_agent[rid]
             d = tokens[rid] + (0 if a in outside_agents else agents[a].tokens)  # an earlier one may have brought it in
-            if mem + d > budget:
+            if mem + d > kv_pool_tokens:
                 blocked.append((g, rid))
                 continue
             mem += d
@@ -99,7 +99,7 @@ def greedy_pack(p: Problem, resident: frozenset[str]) -> Plan:
             continue
         rid, g = ch[i]
         d = tokens[rid]
-        if mem + d > budget:
+        if mem + d > kv_pool_tokens:
             blocked.append((g, rid))
             continue  # later items of this chain are conditional on this one: drop the chain
         mem += d

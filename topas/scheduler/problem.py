@@ -1,12 +1,12 @@
 """The data that flows through TOPAS's decision pipeline (docs/topas.md, "The pipeline"):
 
-    estimates -> Problem (the scored calls, the agent options, the budget) -> candidate states (Plan)
+    estimates -> Problem (the scored calls, the agent options, the KV pool) -> candidate states (Plan)
     -> the chosen Plan -> admission order -> pins
 
-A `Problem` is one decision's search problem: the KV budget, the kept running requests' KV, every agent of
+A `Problem` is one decision's search problem: the device KV pool B (`kv_pool_tokens`), the kept running requests' KV, every agent of
 the active pool as an `AgentOption`, the scored waiting calls (agent, task, d_r) and each task's admission
 chain, and the preemption candidates (`RunningOption`, built on demand). A `Plan` is a candidate
-post-decision state (R', Q') with the score breakdown of score.py.
+post-decision state (R', Q') with its `ScoreBreakdown`, every term of the score that score.py computes.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
-
-from topas.scheduler.score import ScoreBreakdown
 
 Chain = Sequence[tuple[str, float]]  # [(rid, age-weighted marginal gain)] of one task, in admission order
 
@@ -72,9 +70,27 @@ class Candidates(Sequence):
         return opt
 
 
+@dataclass(frozen=True, slots=True)
+class ScoreBreakdown:
+    """Every term of a state's score (seconds). `j_admit` is age-weighted; `aging` is the part of it that
+    aging adds (J_admit less the plain path drops of the admitted calls)."""
+
+    j_admit: float = 0.0
+    aging: float = 0.0
+    j_move: float = 0.0
+    v_reuse: float = 0.0
+    j_redo: float = 0.0
+    j_revoke: float = 0.0
+    margin: float = 0.0  # preempt_margin x (J_redo + J_revoke): hysteresis against preemption thrash
+
+    @property
+    def total(self) -> float:
+        return self.j_admit - self.j_move + self.v_reuse - (self.j_redo + self.j_revoke + self.margin)
+
+
 @dataclass
 class Problem:
-    budget: int  # B
+    kv_pool_tokens: int  # B, the device KV pool (the view's kv_pool_tokens)
     base_tokens: int  # KV of the running requests that are kept
     agents: Mapping[str, AgentOption]
     request_agent: Mapping[str, str]

@@ -21,10 +21,10 @@ def _repairs_all_fail(p: Problem, plan: Plan, pool: Sequence[RunningOption]) -> 
     first eligible candidate (the first not of its own task), and fails there when that candidate alone already
     costs its gain."""
     if not pool:
-        return all(plan.memory + _repair_tokens(p, plan, rid) > p.budget for _, rid in plan.blocked)
+        return all(plan.memory + _repair_tokens(p, plan, rid) > p.kv_pool_tokens for _, rid in plan.blocked)
     first = pool[0]
     other = None  # the first candidate for a call of first's own task
-    room, task_of = p.budget - plan.memory, p.request_task
+    room, task_of = p.kv_pool_tokens - plan.memory, p.request_task
     for g, rid in plan.blocked:
         if _repair_tokens(p, plan, rid) <= room:
             return False
@@ -48,14 +48,14 @@ def preempt_repair(p: Problem, plan: Plan) -> Plan:
         return plan
     taken: set[str] = set()
     mem = plan.memory
-    max_actions, budget, fails = p.max_actions, p.budget, p._repair_fails
+    max_actions, kv_pool_tokens, fails = p.max_actions, p.kv_pool_tokens, p._repair_fails
     actions = len(plan.admit) + len(plan.preempt)
     repaired = False
     for g, rid in sorted(plan.blocked, reverse=True):
         if actions >= max_actions:
             break
         d = _repair_tokens(p, plan, rid)
-        need = mem + d - budget
+        need = mem + d - kv_pool_tokens
         if not taken:
             failed = fails.get(rid)
             if failed is not None and failed[0] == g and need >= failed[1]:

@@ -3,7 +3,7 @@
     Score = J_admit - J_move - J_redo - J_revoke - margin + V_reuse
 
 The terms are pure functions; `score_state` is the one place a state's score is computed, with every term
-in a `ScoreBreakdown` (aging included: J_admit's age-weighted sum beside the sum of the plain path drops).
+in a `ScoreBreakdown` (problem.py; aging included: J_admit's age-weighted sum beside the sum of the plain path drops).
 The search, the preemption repair and the tests all call it.
 """
 
@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the problem's types (problem.py imports this module for ScoreBreakdown)
-    from topas.scheduler.problem import Problem, RunningOption
+from topas.scheduler.problem import Problem, RunningOption, ScoreBreakdown
 
 
 def aging(now: float, arrival: float, rho: float, h_age: float) -> float:
@@ -49,29 +46,11 @@ def v_reuse(resident: Iterable[tuple[int, float]], beta: float) -> float:
     return beta * sum(n * t for n, t in resident)
 
 
-@dataclass(frozen=True, slots=True)
-class ScoreBreakdown:
-    """Every term of a state's score (seconds). `j_admit` is age-weighted; `aging` is the part of it that
-    aging adds (J_admit less the plain path drops of the admitted calls)."""
-
-    j_admit: float = 0.0
-    aging: float = 0.0
-    j_move: float = 0.0
-    v_reuse: float = 0.0
-    j_redo: float = 0.0
-    j_revoke: float = 0.0
-    margin: float = 0.0  # preempt_margin x (J_redo + J_revoke): hysteresis against preemption thrash
-
-    @property
-    def total(self) -> float:
-        return self.j_admit - self.j_move + self.v_reuse - (self.j_redo + self.j_revoke + self.margin)
-
-
 def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gains: Mapping[str, float], mem: int,
                 preempt: Sequence[RunningOption] = ()) -> ScoreBreakdown:
     """The score of the state (R' = resident, Q' = the kept running calls + `admit` - `preempt`), holding
     `mem` tokens. J_move: every prefix in R' not on the GPU moves in, charged once per admitted task that uses
-    it; prefixes left out of R' move out only for the tokens the batch needs beyond the budget. J_redo and
+    it; prefixes left out of R' move out only for the tokens the batch needs beyond the pool. J_redo and
     J_revoke: of the preempted calls, with the preemption margin on top."""
     agents = p.agents
     on_gpu, reuse = p.agent_terms()
@@ -81,7 +60,7 @@ def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gain
         tasks_of.setdefault(p.request_agent[rid], set()).add(p.request_task[rid])
     moves = [(agents[a].move_in_s, len(tasks_of.get(a, ()))) for a in in_order if not agents[a].on_gpu]
     out_tokens = sum([n for a, n in on_gpu if a not in resident])
-    overflow = min(out_tokens, max(mem + out_tokens - p.budget, 0))
+    overflow = min(out_tokens, max(mem + out_tokens - p.kv_pool_tokens, 0))
     moves.append((overflow * p.swap_s_per_token, 1))
     redo = revoke = 0.0
     for r in preempt:

@@ -17,7 +17,7 @@ from topas.scheduler.repair import preempt_repair
 
 
 def feasible(p: Problem, resident: frozenset[str]) -> bool:
-    return p.base_tokens + sum(p.agents[a].tokens for a in resident) <= p.budget
+    return p.base_tokens + sum(p.agents[a].tokens for a in resident) <= p.kv_pool_tokens
 
 
 def _best(p: Problem, sets: list[frozenset[str]], memo: dict[frozenset[str], Plan]) -> Plan | None:

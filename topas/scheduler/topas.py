@@ -2,7 +2,7 @@
 
     estimates      Estimator.begin(view) -> DecisionEstimates (W, decode step, the estimate epoch)   estimates.py
     task inputs    TaskBook.states / chain_fn: path-model states, admission chains, reuse counts     tasks.py
-    problem        build_problem: the scored calls, agent options, budget, preemption candidates     build.py
+    problem        build_problem: the scored calls, agent options, KV pool, preemption candidates     build.py
     search         candidate states (R', Q') scored by score.score_state, repaired by preemption     search.py, pack.py, repair.py
     order          admission_list: the plan's calls grouped by agent, then the fill                  ordering.py
     pins           safe_pins: prefixes of admitted calls, never holding memory a call needs          pins.py

@@ -72,7 +72,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    print(f"workload {wc.name} (generator {wc.generator}), seed {args.seed}, {len(trace.tasks)} tasks, "
+    _describe(wc, trace, args.seed, rate, note, cap)
+    png = Path(args.png) if args.png else Path("runs") / "workloads" / f"{wc.name}_task0.png"
+    print(f"DAG picture of task 0: {draw_dag(trace.tasks[0], png)}")
+    if args.export:
+        print(f"trace file: {dump_trace(trace, args.export)} (replay: workload=trace workload.params.path=...)")
+    return 0
+
+
+def _describe(wc: WorkloadConfig, trace, seed: int, rate: float | None, note: str, cap: float | None) -> None:
+    """The workload in text: its templates, one task's DAG, prefixes, tokens per task, the KV budget and load."""
+    print(f"workload {wc.name} (generator {wc.generator}), seed {seed}, {len(trace.tasks)} tasks, "
           f"arrival rate {rate if rate is not None else 'from file'} task/s{note}, warm-up {wc.warmup_fraction:g}")
     print()
     print("\n".join(template_text(trace)))
@@ -98,11 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             rate = (len(arr) - 1) / (arr[-1] - arr[0]) if len(arr) > 1 and arr[-1] > arr[0] else float("nan")
         print(f"offered load: {rate:.4g} task/s = {rate / cap:.2f} x capacity {cap:g} task/s "
               f"({e.get('model', '?')} on {e.get('gpu', '?')})")
-    png = Path(args.png) if args.png else Path("runs") / "workloads" / f"{wc.name}_task0.png"
-    print(f"DAG picture of task 0: {draw_dag(trace.tasks[0], png)}")
-    if args.export:
-        print(f"trace file: {dump_trace(trace, args.export)} (replay: workload=trace workload.params.path=...)")
-    return 0
+
 
 
 def _list_shapes(n: int, sample: str, start: int, folder: Path) -> int:

@@ -177,6 +177,42 @@ def _header(where: _Where, h: Any) -> tuple[str, dict[str, Agent], dict[str, Wor
     return str(h.get("name", "trace")), agents, templates
 
 
+def _read_node(where: _Where, tid: int, nd: Any, agents: Mapping[str, Agent], nodes: Mapping[str, CallNode]) -> CallNode:
+    """One node of task `tid`'s line, checked (`nodes`: the task's nodes read so far)."""
+    if not isinstance(nd, dict):
+        raise where.err(f"task {tid}: a node must be a JSON object, got {nd!r}")
+    bad = sorted(set(nd) - NODE_KEYS)
+    missing = sorted({"id", "agent", "input_tokens", "output_tokens"} - set(nd))
+    if bad or missing:
+        raise where.err(f"task {tid}: node {nd.get('id')!r} has unknown key(s) {bad} / lacks {missing}")
+    nid = nd["id"]
+    if not isinstance(nid, str) or not nid:
+        raise where.err(f"task {tid}: node id must be a non-empty string, got {nid!r}")
+    if nid in nodes:
+        raise where.err(f"task {tid}: duplicate node id '{nid}'")
+    if nd["agent"] not in agents:
+        raise where.err(f"task {tid}, node '{nid}': unknown agent {nd['agent']!r}")
+    hist = nd.get("history", [])
+    if not isinstance(hist, list) or not all(
+        isinstance(h, list) and len(h) == 2 and h[0] in ("in", "out") and isinstance(h[1], str) for h in hist
+    ):
+        raise where.err(f"task {tid}, node '{nid}': history must be a list of [\"in\"|\"out\", node] pairs")
+    tokens = {k: _tokens(where, f"task {tid}, node '{nid}': {k}", nd[k]) for k in ("input_tokens", "output_tokens")}
+    stage = nd.get("stage", "")
+    if not isinstance(stage, str):
+        raise where.err(f"task {tid}, node '{nid}': stage must be a string")
+    return CallNode(
+        id=nid,
+        agent=nd["agent"],
+        input_tokens=tokens["input_tokens"],
+        output_tokens=tokens["output_tokens"],
+        deps=_str_list(where, f"task {tid}, node '{nid}': deps", nd.get("deps", [])),
+        history=tuple(SegmentRef(k, n) for k, n in hist),
+        stage=stage,
+        gap_s=_num(where, f"task {tid}, node '{nid}': gap_s", nd.get("gap_s", 0.0)),
+    )
+
+
 def _task(where: _Where, row: Any, agents: Mapping[str, Agent], templates: dict[str, WorkflowTemplate]) -> Task:
     if not isinstance(row, dict):
         raise where.err("a task line must be a JSON object")
@@ -192,38 +228,15 @@ def _task(where: _Where, row: Any, agents: Mapping[str, Agent], templates: dict[
         raise where.err(f"task {tid}: \"nodes\" must be a non-empty list")
     nodes: dict[str, CallNode] = {}
     for nd in row["nodes"]:
-        if not isinstance(nd, dict):
-            raise where.err(f"task {tid}: a node must be a JSON object, got {nd!r}")
-        bad = sorted(set(nd) - NODE_KEYS)
-        missing = sorted({"id", "agent", "input_tokens", "output_tokens"} - set(nd))
-        if bad or missing:
-            raise where.err(f"task {tid}: node {nd.get('id')!r} has unknown key(s) {bad} / lacks {missing}")
-        nid = nd["id"]
-        if not isinstance(nid, str) or not nid:
-            raise where.err(f"task {tid}: node id must be a non-empty string, got {nid!r}")
-        if nid in nodes:
-            raise where.err(f"task {tid}: duplicate node id '{nid}'")
-        if nd["agent"] not in agents:
-            raise where.err(f"task {tid}, node '{nid}': unknown agent {nd['agent']!r}")
-        hist = nd.get("history", [])
-        if not isinstance(hist, list) or not all(
-            isinstance(h, list) and len(h) == 2 and h[0] in ("in", "out") and isinstance(h[1], str) for h in hist
-        ):
-            raise where.err(f"task {tid}, node '{nid}': history must be a list of [\"in\"|\"out\", node] pairs")
-        tokens = {k: _tokens(where, f"task {tid}, node '{nid}': {k}", nd[k]) for k in ("input_tokens", "output_tokens")}
-        stage = nd.get("stage", "")
-        if not isinstance(stage, str):
-            raise where.err(f"task {tid}, node '{nid}': stage must be a string")
-        nodes[nid] = CallNode(
-            id=nid,
-            agent=nd["agent"],
-            input_tokens=tokens["input_tokens"],
-            output_tokens=tokens["output_tokens"],
-            deps=_str_list(where, f"task {tid}, node '{nid}': deps", nd.get("deps", [])),
-            history=tuple(SegmentRef(k, n) for k, n in hist),
-            stage=stage,
-            gap_s=_num(where, f"task {tid}, node '{nid}': gap_s", nd.get("gap_s", 0.0)),
-        )
+        node = _read_node(where, tid, nd, agents, nodes)
+        nodes[node.id] = node
+    return _workflow_task(where, row, tid, arrival, nodes, agents, templates)
+
+
+def _workflow_task(where: _Where, row: dict, tid: int, arrival: float, nodes: dict[str, CallNode],
+                   agents: Mapping[str, Agent], templates: dict[str, WorkflowTemplate]) -> Task:
+    """The task of a line's nodes: its workflow, its agents and its template (a user trace without templates gets
+    one per distinct workflow, each node its own stage)."""
     tpl_name = row.get("template")
     if tpl_name is not None and (not isinstance(tpl_name, str) or tpl_name not in templates):
         raise where.err(f"task {tid}: unknown template {tpl_name!r}")

@@ -22,10 +22,10 @@ from topas.engines.sim.radix import RadixCache, truncate_runs
 
 
 class KVPool:
-    """Device KV: radix-tree tokens + requests' private tokens never exceed the capacity."""
+    """Device KV: radix-tree tokens + requests' private tokens never exceed the pool (kv_pool_tokens)."""
 
-    def __init__(self, capacity: int, cache: RadixCache) -> None:
-        self.capacity = capacity
+    def __init__(self, kv_pool_tokens: int, cache: RadixCache) -> None:
+        self.kv_pool_tokens = kv_pool_tokens
         self.cache = cache
         self.private = 0
 
@@ -35,7 +35,7 @@ class KVPool:
 
     @property
     def free(self) -> int:
-        return self.capacity - self.used
+        return self.kv_pool_tokens - self.used
 
     @property
     def available(self) -> int:

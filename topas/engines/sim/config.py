@@ -3,7 +3,7 @@
 - `SimServerArgs`: the server's own settings, set by `backend=sim` and used by the engine as they are;
 - `SimBackendConfig`: `backend=sim`'s schema (conf/backend/sim.yaml) = the server args + how the
   engine is built (latency predictor, KV pool overrides, client path); its defaults are what that
-  file composes (Hydra's config store, `backend/schema/sim`, stored on import below);
+  file composes (Hydra's config store, `backend/schema/sim`: `hydra_node`);
 - `SimEngineConfig`: what the engine runs with = the server args + the values resolved from the
   model, the GPU and the overrides (`topas.engines.sim.backend.engine_config`).
 """
@@ -146,18 +146,11 @@ class SimEngineConfig(SimServerArgs):
         return transfer_seconds(tokens, self.kv_bytes_per_token, self.host_link_gbs, self.host_link_latency_s)
 
 
-def _store_hydra_defaults() -> None:
-    """conf/backend/sim.yaml composes `schema/sim` (its `defaults` list): the schema's defaults as a
-    plain mapping, so a run's config lists every key (its folder hash is unchanged) while each value
-    is written once, here. A subgroup, so `backend=` offers only the backends. Stored on import:
-    every path that composes a run config imports this module (topas.config does)."""
-    from hydra.core.config_store import ConfigStore
-
+def hydra_node() -> dict[str, Any]:
+    """conf/backend/sim.yaml composes `schema/sim` (its `defaults` list): the schema's defaults as a plain mapping
+    (stored by hydra_plugins/topas_conf when Hydra starts), so a run's config lists every key (its folder hash
+    is unchanged) while each value is written once, here. A subgroup, so `backend=` offers only the backends."""
     defaults = asdict(SimBackendConfig())
     # the key order conf/backend/sim.yaml always had: a run's config.yaml stays the same byte for byte
     first = ("name", "latency", "latency_profile", "kv_pool_tokens", "mem_fraction_static", "max_running_requests")
-    node = {k: defaults.pop(k) for k in first} | defaults
-    ConfigStore.instance().store(group="backend/schema", name="sim", node=node)
-
-
-_store_hydra_defaults()
+    return {k: defaults.pop(k) for k in first} | defaults

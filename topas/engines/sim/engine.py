@@ -26,33 +26,20 @@ import heapq
 import itertools
 import time as wallclock
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from topas.engines.latency.base import LatencyModel
 from topas.engines.sim.admission import KVPool
 from topas.engines.sim.config import SimEngineConfig
-from topas.engines.sim.entities import ReqState, SimRequest, TaskState, make_request
+from topas.engines.sim.entities import ReqState, SimRequest, SimStats, SimTask, make_request
 from topas.engines.sim.iteration import EngineStall, Iterations
 from topas.engines.sim.radix import RadixCache, truncate_runs
 from topas.engines.sim.residency import PrefixResidency
-from topas.engines.sim.view import build_view
-from topas.policy import Decision, Policy, RequestFinished, RequestReady, TaskArrived
+from topas.engines.sim.view import waiting_infos
+from topas.policy import Decision, Policy, RequestFinished, RequestReady, SchedulerView, TaskArrived
 from topas.workflow import Trace
 
 _ARRIVAL, _READY, _RELEASE = 0, 1, 2
-
-
-@dataclass
-class SimStats:
-    iterations: int = 0
-    prefill_iterations: int = 0
-    decode_steps: int = 0
-    decisions: int = 0
-    decision_wall_s: list[float] = field(default_factory=list)
-    retractions: int = 0
-    preemptions: int = 0
-    wall_s: float = 0.0
 
 
 class SimEngine(Iterations):
@@ -68,7 +55,7 @@ class SimEngine(Iterations):
         self.now = 0.0
         self.events: list[tuple[float, int, int, object]] = []
         self._seq = itertools.count()
-        self.tasks: dict[int, TaskState] = {}
+        self.tasks: dict[int, SimTask] = {}
         self.waiting: list[SimRequest] = []  # SGLang waiting queue (entry order)
         self.running: list[SimRequest] = []  # decoding
         self.chunked: SimRequest | None = None  # the one request mid chunked prefill
@@ -97,7 +84,7 @@ class SimEngine(Iterations):
         while self.events and self.events[0][0] <= self.now:
             t, _, kind, payload = heapq.heappop(self.events)
             if kind == _ARRIVAL:
-                ts = TaskState(payload)  # type: ignore[arg-type]
+                ts = SimTask(payload)  # type: ignore[arg-type]
                 self.tasks[ts.task.task_id] = ts
                 self.policy.on_event(TaskArrived(t, ts.task.task_id, ts.task.template))
                 for n in ts.task.workflow.topo_order:
@@ -117,7 +104,7 @@ class SimEngine(Iterations):
                 self._dirty = True
                 self.policy.on_event(RequestReady(t, req.info()))
 
-    def _issue(self, ts: TaskState, node_id: str, t: float) -> None:
+    def _issue(self, ts: SimTask, node_id: str, t: float) -> None:
         """The client releases the call after its gap (its ready time); a serial client
         (`ClientPath.dispatch`) sends the calls released before it first."""
         released = t + ts.task.workflow.nodes[node_id].gap_s
@@ -126,11 +113,11 @@ class SimEngine(Iterations):
         else:
             self._submit(ts, node_id, released)
 
-    def _submit(self, ts: TaskState, node_id: str, released: float) -> None:
+    def _submit(self, ts: SimTask, node_id: str, released: float) -> None:
         """The released call enters the waiting queue `ClientPath.submit` later."""
         self._push(released + self.cfg.client.submit_s(self._prompt(ts, node_id)), _READY, (ts, node_id, released))
 
-    def _prompt(self, ts: TaskState, node_id: str) -> int:
+    def _prompt(self, ts: SimTask, node_id: str) -> int:
         return ts.task.workflow.prompt_tokens(node_id) if self.cfg.client.per_token else 0
 
     # ------------------------------------------------------------------ main loop
@@ -174,7 +161,7 @@ class SimEngine(Iterations):
         return "engine stalled"
 
     def _decide(self) -> None:
-        view = build_view(self)
+        view = self.view()
         t0 = wallclock.perf_counter()
         decision = self.policy.schedule(view)
         self.stats.decision_wall_s.append(wallclock.perf_counter() - t0)
@@ -269,3 +256,26 @@ class SimEngine(Iterations):
             "running": len(self.running),
         })
         assert self.pool.used <= self.cfg.kv_pool_tokens, "KV pool exceeded"
+
+    def view(self) -> SchedulerView:
+        """The engine-neutral view of this state (docs/policy_contract.md)."""
+        previous = self._decision.admit if self._decision is not None else ()
+        waiting = waiting_infos(self.cache, self.waiting, self.policy, previous, self.cfg.touch_waiting_prefixes)
+        running_reqs = self.running + ([self.chunked] if self.chunked is not None else [])
+        running = tuple(r.info(r.prefix_hit_tokens or 0) for r in running_reqs)
+        in_use = {r.agent for r in running_reqs}
+        return SchedulerView(
+            now=self.now,
+            waiting=waiting,
+            running=running,
+            tasks={tid: ts.progress() for tid, ts in self.tasks.items() if ts.finish_time is None},
+            templates=self.trace.templates,
+            prefixes={a: self.residency.state(a, a in in_use) for a in self.residency.agents},
+            kv_pool_tokens=self.cfg.kv_pool_tokens,
+            kv_used_tokens=self.pool.used,
+            kv_evictable_tokens=self.cache.evictable_tokens,
+            host_capacity_tokens=self.cfg.host_pool_tokens,
+            host_used_tokens=self.cache.host_tokens,
+            max_running_requests=self.cfg.max_running_requests,
+            costs=self.costs,
+        )

@@ -1,4 +1,4 @@
-"""Simulator entities: requests (LLM calls in flight) and task state."""
+"""Simulator entities: requests (LLM calls in flight), tasks in flight (`SimTask`) and the engine's counters."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class ReqState(Enum):
 @dataclass(eq=False, slots=True)
 class SimRequest:
     rid: str
-    task: TaskState
+    task: SimTask
     node: str
     agent: str
     stage: str
@@ -78,7 +78,7 @@ class SimRequest:
 
 
 @dataclass(eq=False)
-class TaskState:
+class SimTask:
     task: Task
     pending_deps: dict[str, int] = field(default_factory=dict)
     finished_nodes: list[str] = field(default_factory=list)
@@ -108,7 +108,7 @@ class TaskState:
         )
 
 
-def make_request(ts: TaskState, node_id: str, now: float, ignore_eos: bool, max_new_cap: int) -> SimRequest:
+def make_request(ts: SimTask, node_id: str, now: float, ignore_eos: bool, max_new_cap: int) -> SimRequest:
     wf = ts.task.workflow
     node = wf.nodes[node_id]
     segs = wf.prompt_segments(ts.task.task_id, node_id)
@@ -128,3 +128,15 @@ def make_request(ts: TaskState, node_id: str, now: float, ignore_eos: bool, max_
         max_new_tokens=out_tokens if ignore_eos else max_new_cap,
         ready_time=now,
     )
+
+
+@dataclass
+class SimStats:
+    iterations: int = 0
+    prefill_iterations: int = 0
+    decode_steps: int = 0
+    decisions: int = 0
+    decision_wall_s: list[float] = field(default_factory=list)
+    retractions: int = 0
+    preemptions: int = 0
+    wall_s: float = 0.0

@@ -5,18 +5,13 @@ which owns the state these methods read and the event loop that calls them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from topas.engines.latency.base import LatencyModel, decode_batch_time, top_context_means
 from topas.engines.sim.admission import AddResult, KVPool, PrefillBudget
 from topas.engines.sim.config import SimEngineConfig
-from topas.engines.sim.entities import ReqState, SimRequest
+from topas.engines.sim.entities import ReqState, SimRequest, SimStats
 from topas.engines.sim.radix import RadixCache, truncate_runs
 from topas.engines.sim.residency import PrefixResidency
 from topas.policy import Decision
-
-if TYPE_CHECKING:
-    from topas.engines.sim.engine import SimStats
 
 
 class EngineStall(RuntimeError):

@@ -103,12 +103,12 @@ def _advance(runs: Sequence[Run], i: int, off: int, n: int) -> tuple[int, int]:
 
 
 class RadixCache:
-    def __init__(self, device_capacity: int, host_capacity: int = 0) -> None:
+    def __init__(self, kv_pool_tokens: int, host_pool_tokens: int = 0) -> None:
         self._uid = itertools.count()
         self.root = Node([], None, next(self._uid))
         self.root.lock_ref = 1  # never evicted
-        self.device_capacity = device_capacity
-        self.host_capacity = host_capacity
+        self.kv_pool_tokens = kv_pool_tokens
+        self.host_pool_tokens = host_pool_tokens
         self.device_tokens = 0  # tree tokens on device
         self.host_tokens = 0
         self.evictable_tokens = 0  # device tokens with lock_ref == 0
@@ -295,7 +295,7 @@ class RadixCache:
         parent = node.parent
         assert parent is not None
         tokens = node.tokens
-        if keep_host and self.host_capacity > 0 and (node.on_host or self._make_host_room(node.tokens)):
+        if keep_host and self.host_pool_tokens > 0 and (node.on_host or self._make_host_room(node.tokens)):
             if not node.on_host:
                 node.on_host = True
                 self.host_tokens += node.tokens
@@ -325,14 +325,14 @@ class RadixCache:
                 heapq.heappush(self._host_lru, (parent.last_access, parent.uid, parent))
 
     def _make_host_room(self, tokens: int) -> bool:
-        if tokens > self.host_capacity:
+        if tokens > self.host_pool_tokens:
             return False
-        while self.host_tokens + tokens > self.host_capacity and self._host_lru:
+        while self.host_tokens + tokens > self.host_pool_tokens and self._host_lru:
             _, _, n = heapq.heappop(self._host_lru)
             if n.parent is None or not n.on_host or n.on_device or n.children or n.lock_ref:
                 continue  # stale entry, or pinned while a load-back is being prepared
             self._delete_subtree(n)
-        return self.host_tokens + tokens <= self.host_capacity
+        return self.host_tokens + tokens <= self.host_pool_tokens
 
     def load_back(self, node: Node) -> int:
         """Bring the host-only part of the path ending at `node` to the device. Returns tokens loaded.

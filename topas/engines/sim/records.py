@@ -8,10 +8,10 @@ from topas.results import RunRecord, request_table, task_table, timeline_table
 
 if TYPE_CHECKING:
     from topas.engines.sim.engine import SimEngine
-    from topas.engines.sim.entities import SimRequest, TaskState
+    from topas.engines.sim.entities import SimRequest, SimTask
 
 
-def task_row(ts: TaskState) -> dict[str, Any]:
+def task_row(ts: SimTask) -> dict[str, Any]:
     return {
         "task_id": ts.task.task_id,
         "template": ts.task.template,

@@ -1,4 +1,5 @@
-"""Simulator state -> the engine-neutral `SchedulerView`.
+"""The waiting queue as a policy sees it: SGLang's matching of waiting requests (the engine's `SimEngine.view`
+builds the rest of the `SchedulerView`).
 
 Waiting requests are matched the way SGLang 0.5.23's `SchedulePolicy.calc_priority`
 matches them (`managers/schedule_policy.py` `_compute_prefix_matches` ->
@@ -28,14 +29,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
+from topas.engines.sim.entities import SimRequest
 from topas.engines.sim.radix import RadixCache
-from topas.policy import RequestInfo, SchedulerView
-
-if TYPE_CHECKING:
-    from topas.engines.sim.engine import SimEngine
-    from topas.engines.sim.entities import SimRequest
+from topas.policy import RequestInfo
 
 
 def sglang_queue_order(waiting: Sequence[SimRequest], previous: Iterable[str]) -> list[SimRequest]:
@@ -75,26 +72,3 @@ def waiting_infos(
         infos = match_waiting(cache, head[::-1], touch)  # the head ends up most recently used
         infos.update(match_waiting(cache, queue[len(head):], touch=False, split=False))
     return tuple(infos[r.rid] for r in waiting)
-
-
-def build_view(e: SimEngine) -> SchedulerView:
-    previous = e._decision.admit if e._decision is not None else ()
-    waiting = waiting_infos(e.cache, e.waiting, e.policy, previous, e.cfg.touch_waiting_prefixes)
-    running_reqs = e.running + ([e.chunked] if e.chunked is not None else [])
-    running = tuple(r.info(r.prefix_hit_tokens or 0) for r in running_reqs)
-    in_use = {r.agent for r in running_reqs}
-    return SchedulerView(
-        now=e.now,
-        waiting=waiting,
-        running=running,
-        tasks={tid: ts.progress() for tid, ts in e.tasks.items() if ts.finish_time is None},
-        templates=e.trace.templates,
-        prefixes={a: e.residency.state(a, a in in_use) for a in e.residency.agents},
-        kv_pool_tokens=e.cfg.kv_pool_tokens,
-        kv_used_tokens=e.pool.used,
-        kv_evictable_tokens=e.cache.evictable_tokens,
-        host_capacity_tokens=e.cfg.host_pool_tokens,
-        host_used_tokens=e.cache.host_tokens,
-        max_running_requests=e.cfg.max_running_requests,
-        costs=e.costs,
-    )

@@ -6,7 +6,7 @@
 1. resolves the profile (`auto`: `gpu` when `nvidia-smi` lists a GPU, else `cpu`), the
    model folder (dummy weights from the model config's HF `config.json` unless
    `model_path` is given), the token scale (`token_scale: null` = automatic, see
-   scaling.py) and the cost model handed to the policy inside the server;
+   topas/workloads/scaling.py) and the cost model handed to the policy inside the server;
 2. starts `sglang.launch_server` on 127.0.0.1 (free port) with the topas plugin running
    `ctx.scheduler` (name + params), its decision log, iteration log and server log in
    the run folder (`decisions.jsonl`, `iterations.jsonl`, `server.log`);
@@ -184,8 +184,8 @@ class RunSetup:
 
 def resolve_setup(ctx) -> RunSetup:
     """Check the options and sglang's install; resolve profile, model folder, token scale and cost model."""
-    from topas.engines.sglang.client.scaling import scale_trace
     from topas.engines.sglang.client.server import SGLangNotInstalled, check_sglang_importable
+    from topas.workloads.scaling import scale_trace
 
     b: SGLangBackendConfig = ctx.backend
     check_config(b)

@@ -36,7 +36,7 @@ class SGLangBackendConfig:
     hicache_ratio: float | None = None  # host pool / device pool (SGLang default 2.0)
     tp_size: int = 1  # the plugin runs one policy per scheduler process: only 1 is supported
     extra_args: list[str] = field(default_factory=list)  # more sglang.launch_server args, verbatim
-    token_scale: float | None = None  # x every prefix/input/output length; None: automatic (scaling.py)
+    token_scale: float | None = None  # x every prefix/input/output length; None: automatic (topas/workloads/scaling.py)
     time_scale: float = 1.0  # x arrival times and client gaps
     hint_channel: str = "kv_hints"  # kv_hints | custom_params | both
     stream: bool = False  # stream answers (client-side first-token times; more server work)
@@ -205,7 +205,7 @@ def resolve_cost_model(b: SGLangBackendConfig, profile: str, model, gpu) -> dict
 
 
 def resolve_token_scale(b: SGLangBackendConfig, trace, model, pool: int | None) -> float:
-    from topas.engines.sglang.client.scaling import auto_token_scale, max_call_tokens, scale_trace
+    from topas.workloads.scaling import auto_token_scale, max_call_tokens, scale_trace
 
     scale = b.token_scale if b.token_scale is not None else auto_token_scale(trace, model.context_len, pool)
     biggest = max_call_tokens(scale_trace(trace, scale))

@@ -221,8 +221,23 @@ class _Replay:
             await asyncio.sleep(node.gap_s * self.cfg.time_scale)
         ready = self.now()
         ids, segs = self.prompt_ids(task, node_id)
+        rid = f"{self.tag}-t{task.task_id}-{node_id}"
+        payload = self._payload(rid, ids, node.output_tokens, self._hint(task, node_id, ready, segs))
+        predicted = _shared_run(segs, self._seen_seqs)
+        self._seen_seqs.append(tuple(segs))  # its prompt enters the tree once prefilled
+        out = await self._post(payload)
+        finish = self.now()
+        out_ids = list(out.get("output_ids") or [])
+        self.outputs[(task.task_id, node_id)] = out_ids
+        full = self._remember(segs, task.task_id, node_id, len(out_ids))
+        self._finished_seqs[rid] = (tuple(segs), full)
+        self.records.append(self._record(rid, task, node_id, ready, finish, len(ids), predicted, out, len(out_ids)))
+
+    def _hint(self, task: Task, node_id: str, ready: float, segs) -> WorkflowHint:
+        """What the plugin tells the policy about this call (topas/engines/sglang/hints.py)."""
         wf: Workflow = task.workflow
-        hint = WorkflowHint(
+        node = wf.nodes[node_id]
+        return WorkflowHint(
             task_id=task.task_id,
             node=node_id,
             stage=node.stage_id,
@@ -235,9 +250,11 @@ class _Replay:
             segments=tuple(segs),
             template_spec=self.templates_json.get(task.template) if self.cfg.include_template_spec else None,
         )
-        rid = f"{self.tag}-t{task.task_id}-{node_id}"
+
+    def _payload(self, rid: str, ids: list[int], output_tokens: int, hint: WorkflowHint) -> dict[str, Any]:
+        """The /generate request: exact output length, the hint on the configured channel(s)."""
         sampling: dict[str, Any] = {
-            "max_new_tokens": int(node.output_tokens),
+            "max_new_tokens": int(output_tokens),
             "ignore_eos": True,
             "temperature": self.cfg.temperature,
         }
@@ -250,40 +267,36 @@ class _Replay:
             sampling["custom_params"] = custom_params_fallback(hint)
         if self.cfg.hint_channel not in ("kv_hints", "custom_params", "both"):
             raise DriverError(f"unknown hint_channel {self.cfg.hint_channel!r}")
-        predicted = _shared_run(segs, self._seen_seqs)
-        self._seen_seqs.append(tuple(segs))  # its prompt enters the tree once prefilled
-        out = await self._post(payload)
-        finish = self.now()
+        return payload
+
+    def _record(self, rid: str, task: Task, node_id: str, ready: float, finish: float, prompt_tokens: int,
+                predicted: int, out: dict[str, Any], n_out: int) -> CallRecord:
+        """The call's record from the server's answer (its meta_info)."""
+        node = task.workflow.nodes[node_id]
         meta = out.get("meta_info", {}) or {}
-        out_ids = list(out.get("output_ids") or [])
-        self.outputs[(task.task_id, node_id)] = out_ids
-        full = self._remember(segs, task.task_id, node_id, len(out_ids))
-        self._finished_seqs[rid] = (tuple(segs), full)
         details = meta.get("cached_tokens_details") or {}
         reason = meta.get("finish_reason")
-        self.records.append(
-            CallRecord(
-                rid=rid,
-                task_id=task.task_id,
-                node=node_id,
-                stage=node.stage_id,
-                agent=node.agent,
-                task_arrival=task.arrival * self.cfg.time_scale,
-                ready=ready,
-                finish=finish,
-                first_token=out.get("_first_token"),
-                prompt_tokens=len(ids),
-                prefix_tokens=wf.agents[node.agent].prefix_tokens,
-                predicted_reuse_tokens=predicted,
-                cached_tokens=int(meta.get("cached_tokens", 0) or 0),
-                cached_tokens_device=details.get("device"),
-                cached_tokens_host=details.get("host"),
-                output_tokens=int(meta.get("completion_tokens", len(out_ids)) or 0),
-                expected_output_tokens=int(node.output_tokens),
-                e2e_latency_s=meta.get("e2e_latency"),
-                num_retractions=int(meta.get("num_retractions", 0) or 0),
-                finish_reason=(reason.get("type") if isinstance(reason, dict) else reason),
-            )
+        return CallRecord(
+            rid=rid,
+            task_id=task.task_id,
+            node=node_id,
+            stage=node.stage_id,
+            agent=node.agent,
+            task_arrival=task.arrival * self.cfg.time_scale,
+            ready=ready,
+            finish=finish,
+            first_token=out.get("_first_token"),
+            prompt_tokens=prompt_tokens,
+            prefix_tokens=task.workflow.agents[node.agent].prefix_tokens,
+            predicted_reuse_tokens=predicted,
+            cached_tokens=int(meta.get("cached_tokens", 0) or 0),
+            cached_tokens_device=details.get("device"),
+            cached_tokens_host=details.get("host"),
+            output_tokens=int(meta.get("completion_tokens", n_out) or 0),
+            expected_output_tokens=int(node.output_tokens),
+            e2e_latency_s=meta.get("e2e_latency"),
+            num_retractions=int(meta.get("num_retractions", 0) or 0),
+            finish_reason=(reason.get("type") if isinstance(reason, dict) else reason),
         )
 
     def _remember(self, segs: Sequence[tuple[str, int]], task_id: int, node_id: str, n_out: int) -> tuple:

@@ -96,28 +96,34 @@ class IterationLog:
         finished = [str(r.rid) for r in reqs if r.finished()]
         state = self._state(scheduler)
         if kind == "prefill":
-            self.flush()
-            first = []
-            for r in reqs:
-                rid = str(r.rid)
-                if rid not in self.first_seen and len(r.output_ids) >= 1:
-                    self.first_seen.add(rid)
-                    first.append(rid)
-            extend = int(sum(batch.extend_lens)) if batch.extend_lens is not None else None
-            prefix = int(sum(batch.prefix_lens)) if batch.prefix_lens is not None else None
-            tokens = extend + prefix if extend is not None and prefix is not None else None
-            self._write({"kind": kind, "start": start_m + offset, "duration": end_m - start_m, "steps": 1,
-                         "batch_size": bs, "tokens": tokens, "extend_tokens": extend, **state, "first": first,
-                         "finished": finished})
+            self._prefill(batch, reqs, start_m + offset, end_m - start_m, finished, state)
             return
+        self._decode(batch, bs, contiguous, (start_m + offset, end_m + offset, end_m - start_m), finished, state)
+
+    def _prefill(self, batch: Any, reqs: list, start: float, duration: float, finished: list[str], state: dict) -> None:
+        """One line per prefill iteration, naming the requests whose first token it made."""
+        self.flush()
+        first = []
+        for r in reqs:
+            rid = str(r.rid)
+            if rid not in self.first_seen and len(r.output_ids) >= 1:
+                self.first_seen.add(rid)
+                first.append(rid)
+        extend = int(sum(batch.extend_lens)) if batch.extend_lens is not None else None
+        prefix = int(sum(batch.prefix_lens)) if batch.prefix_lens is not None else None
+        tokens = extend + prefix if extend is not None and prefix is not None else None
+        self._write({"kind": "prefill", "start": start, "duration": duration, "steps": 1,
+                     "batch_size": len(reqs), "tokens": tokens, "extend_tokens": extend, **state, "first": first,
+                     "finished": finished})
+
+    def _decode(self, batch: Any, bs: int, contiguous: bool, times: tuple[float, float, float], finished: list[str],
+                state: dict) -> None:
+        """Decode steps of one batch size, back to back, are one stretch (one line when it ends); `times`: the
+        step's start and end (wall clock) and its duration."""
+        start, end, duration = times
         p = self.pending
-        if (
-            p is not None
-            and contiguous
-            and p["batch_size"] == bs
-            and (end_m + offset) - p["start"] < self.max_stretch_s
-        ):
-            p["duration"] = (end_m + offset) - p["start"]
+        if p is not None and contiguous and p["batch_size"] == bs and end - p["start"] < self.max_stretch_s:
+            p["duration"] = end - p["start"]
             p["steps"] += 1
             p.update(state)
             p["finished"] += finished
@@ -128,7 +134,7 @@ class IterationLog:
                 ctx = float(seq.sum().item()) / bs if seq is not None and bs else None
             except Exception:  # noqa: BLE001
                 ctx = None
-            self.pending = {"kind": kind, "start": start_m + offset, "duration": end_m - start_m, "steps": 1,
+            self.pending = {"kind": "decode", "start": start, "duration": duration, "steps": 1,
                             "batch_size": bs, "tokens": ctx, **state, "first": [], "finished": finished}
         if finished:  # the batch shrinks (or the engine goes idle): close the stretch now
             self.flush()
