@@ -1,6 +1,6 @@
 """Whether the simulator's fidelity (`make fidelity`: analysis/results/fidelity/fidelity.json) was measured on the
 code of the day: fidelity.json records the fingerprint of the simulator and policy code it measured
-(topas.fingerprint.fidelity_fingerprint, read from the sources: no engine or policy is imported) and when; the
+(`fidelity_fingerprint`, read from the sources: no engine or policy is imported) and when; the
 report compares it with the current code and says so in claims.md, so a stale fidelity table is never silent."""
 
 from __future__ import annotations
@@ -10,9 +10,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from topas.fingerprint import fidelity_fingerprint
+from topas.fingerprint import POLICY_PACKAGES, RUNNER, code_fingerprint
+
+# what decides the simulator's side of a fidelity comparison: the code a sim run executes (the runner, the sim
+# engine, its latency models) with every policy package it compares. Kept here, not in topas/fingerprint.py:
+# that module is part of every run's own fingerprint, and this is not.
+FIDELITY_PACKAGES = (RUNNER, "topas.engines.sim", "topas.engines.latency", *POLICY_PACKAGES)
 
 FIDELITY_JSON = Path("fidelity") / "fidelity.json"  # under a results folder
+
+
+def fidelity_fingerprint() -> str:
+    """Digest of the simulator and policy code (FIDELITY_PACKAGES and what they import): fidelity.json records it
+    when measured and the report compares it with the code of the day."""
+    return code_fingerprint(FIDELITY_PACKAGES)
 
 
 def freshness(recorded: Mapping[str, Any] | None, current: str) -> str:

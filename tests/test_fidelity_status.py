@@ -31,16 +31,16 @@ def test_the_record_written_to_fidelity_json_has_the_code_and_when(tmp_path):
 
     (tmp_path / "profile.json").write_text(json.dumps({"meta": {"server": {"kv_pool_tokens": 4096}}}))
     code = code_stamp(datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
-    assert code == {"fingerprint": fp.fidelity_fingerprint(), "measured": "2025-01-02T03:04:05+00:00"}
+    assert code == {"fingerprint": fidelity_status.fidelity_fingerprint(), "measured": "2025-01-02T03:04:05+00:00"}
     rec = record(Setup(), [], tmp_path / "profile.json", (1.0, 2.0), code)
     assert rec["code"] == code and rec["settings"]["server"] == {"kv_pool_tokens": 4096}
     assert json.loads(json.dumps(rec))["code"] == code  # as fidelity.json stores it
-    assert freshness(rec["code"], fp.fidelity_fingerprint()).startswith("fidelity measured on this code")
+    assert freshness(rec["code"], fidelity_status.fidelity_fingerprint()).startswith("fidelity measured on this code")
     assert datetime.fromisoformat(code_stamp()["measured"]).tzinfo is not None  # UTC, ISO 8601
 
 
 def test_the_fingerprint_covers_the_simulator_and_the_policies_not_analysis_or_drivers():
-    modules = fp.code_modules(fp.FIDELITY_PACKAGES)
+    modules = fp.code_modules(fidelity_status.FIDELITY_PACKAGES)
     assert {"topas.engines.sim.engine", "topas.engines.latency.factory", "topas.scheduler.score", "baselines.lpm",
             "topas.runner", "topas.workflow"} <= modules
     assert not {m for m in modules if m.startswith(("analysis", "topas.fidelity", "topas.reproduce", "topas.sweep"))}

@@ -8,9 +8,6 @@ The code of a run is found from the import graph (topas.imports, read from the s
 - its scheduler's policy package (`topas/scheduler/` or `baselines/`), whole;
 - every module those import, the packages above each, and the data files (.json, .yaml) beside them.
 
-The fidelity measurement (topas.fidelity) records `fidelity_fingerprint()`, the code that decides the
-simulator's numbers there, so the report can say when fidelity.json is stale (analysis/fidelity_status.py).
-
 Nothing else is in it: an edit to analysis/, docs/, conf/ (the config hash covers a run's config), a driver
 (reproduce, sweep, tuning, fidelity), another engine or another policy package re-runs nothing. This holds
 because no policy package imports another and no engine imports a driver (tests/test_imports.py).
@@ -30,9 +27,6 @@ from topas.run_identity import config_hash, content_digest, input_files
 ROOT = imports.ROOT
 RUNNER = "topas.runner"
 POLICY_PACKAGES = ("topas.scheduler", "baselines")
-# what decides the simulator's side of a fidelity comparison: the code a sim run executes (the runner, the sim
-# engine, its latency models) with every policy package it compares
-FIDELITY_PACKAGES = (RUNNER, "topas.engines.sim", "topas.engines.latency", *POLICY_PACKAGES)
 _DATA = {".json", ".yaml", ".yml"}
 
 
@@ -106,12 +100,6 @@ def code_fingerprint(packages: tuple[str, ...], root: Path = ROOT) -> str:
         h.update(str(f.relative_to(root)).encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
-
-
-def fidelity_fingerprint(root: Path = ROOT) -> str:
-    """Digest of the simulator and policy code (FIDELITY_PACKAGES and what they import): fidelity.json records it
-    when measured and the report compares it with the code of the day. Read from the sources: nothing imported."""
-    return code_fingerprint(FIDELITY_PACKAGES, root)
 
 
 def clear_caches() -> None:

@@ -97,9 +97,10 @@ def jct_figure(result: Mapping[str, Any], path: Path) -> Path | None:
 
 
 def code_now() -> str:
-    """The simulator and policy code on disk now (topas.fingerprint.fidelity_fingerprint), not as this process
+    """The simulator and policy code on disk now (analysis.fidelity_status.fidelity_fingerprint), not as this process
     first read it: a measurement takes minutes."""
-    from topas.fingerprint import clear_caches, fidelity_fingerprint
+    from analysis.fidelity_status import fidelity_fingerprint
+    from topas.fingerprint import clear_caches
 
     clear_caches()
     return fidelity_fingerprint()

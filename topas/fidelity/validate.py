@@ -242,9 +242,9 @@ def _cell(s: Setup, w, sched: str, trace: Path, profile: Path, reals: list[Path]
 
 
 def code_stamp(now: datetime | None = None) -> dict[str, str]:
-    """The simulator and policy code a measurement runs (topas.fingerprint.fidelity_fingerprint) and when it
+    """The simulator and policy code a measurement runs (analysis.fidelity_status.fidelity_fingerprint) and when it
     started (UTC, ISO 8601): taken before the first run, so an edit made during the measurement is stale."""
-    from topas.fingerprint import fidelity_fingerprint
+    from analysis.fidelity_status import fidelity_fingerprint
 
     when = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     return {"fingerprint": fidelity_fingerprint(), "measured": when.isoformat(timespec="seconds")}
