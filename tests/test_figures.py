@@ -4,6 +4,7 @@ to end on a small run set."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib.colors
@@ -144,6 +145,11 @@ def test_report_end_to_end_on_a_small_run_set(tmp_path_factory, tmp_path):
 
     runs = shared_small_runs(tmp_path_factory)
     out = tmp_path / "results"
+    fidelity = ROOT / "analysis/results/fidelity/fidelity.json"
+    if fidelity.exists():  # measured on other code: claims.md says it is stale
+        (out / "fidelity").mkdir(parents=True)
+        stamp = {"fingerprint": "not-this-code", "measured": "2025-01-02T03:04:05+00:00"}
+        (out / "fidelity" / "fidelity.json").write_text(json.dumps({**json.loads(fidelity.read_text()), "code": stamp}))
     verdicts, failed = report(out=out, runs_root=runs)
     assert failed.empty and not verdicts.empty
     pngs = {p.relative_to(out).as_posix() for p in out.rglob("*.png")}
@@ -152,6 +158,8 @@ def test_report_end_to_end_on_a_small_run_set(tmp_path_factory, tmp_path):
     claims = (out / "claims.md").read_text()
     assert "%" in claims and "True" not in claims and ("DESIGN" + ".md") not in claims  # the design lives in docs/
     assert "claims reproduced" in claims and "inconclusive" in claims  # 2 seeds: every verdict inconclusive
+    if fidelity.exists():
+        assert "Simulator fidelity: fidelity stale since 2025-01-02T03:04:05+00:00" in claims
     main = (out / "main_jct.md").read_text()
     assert "x bound (mean)" in main and "x bound (p99)" in main and "| n/a " not in main.split("x bound (p99)")[1]
     assert "x bound" in (out / "breakdown.md").read_text()

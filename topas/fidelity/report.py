@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from analysis.fidelity_status import freshness
 from topas.fidelity.metrics import METRICS
 
 GOAL = {"jct_mean": 0.10, "jct_p99": 0.20}
@@ -95,6 +96,24 @@ def jct_figure(result: Mapping[str, Any], path: Path) -> Path | None:
     return save_fidelity_jct(result, path)
 
 
+def code_now() -> str:
+    """The simulator and policy code on disk now (analysis.fidelity_status.fidelity_fingerprint), not as this process
+    first read it: a measurement takes minutes."""
+    from analysis.fidelity_status import fidelity_fingerprint
+    from topas.fingerprint import clear_caches
+
+    clear_caches()
+    return fidelity_fingerprint()
+
+
+def code_line(result: Mapping[str, Any], current: str) -> str:
+    """fidelity.md's line on the code measured, as of writing (`make report` says it again in claims.md, against
+    the code of its day): its freshness and fingerprint."""
+    code = result.get("code") or {}
+    tail = f"; simulator and policy code `{code['fingerprint']}`" if code.get("fingerprint") else ""
+    return f"**Code** (when this file was written): {freshness(code, current)}{tail}."
+
+
 def write_report(result: Mapping[str, Any], out: Path) -> dict[str, Path]:
     """fidelity.md, fidelity.json, fidelity_jct.png under `out`."""
     out.mkdir(parents=True, exist_ok=True)
@@ -105,7 +124,7 @@ def write_report(result: Mapping[str, Any], out: Path) -> dict[str, Path]:
           "server over the repeats, (max - min) / mean. *err profile*: the simulator on the latency profile as "
           "measured; *err scaled*: on the profile scaled to the machine speed measured in each real run "
           "(mean of the paired errors; topas/fidelity/calibrate.py). *machine speed*: that scale for decode steps.",
-          "", main_table(result), "", "## Setup", "", settings_text(result), ""]
+          "", code_line(result, code_now()), "", main_table(result), "", "## Setup", "", settings_text(result), ""]
     if fig is not None:
         md += [f"![JCT per task, simulator vs real]({fig.name})", ""]
     md += ["## Every metric, per cell", ""]

@@ -16,7 +16,9 @@ identical traces, for a set of workloads x policies (`python -m topas.fidelity`)
    (read from the server), no host tier (none on CPU), and the profile's client round trip;
    then one more per real run, on the profile scaled to the machine speed measured during
    that run (calibrate.py: the shared machine's speed drifts by tens of percent).
-5. Comparison (metrics.py) and the report (report.py).
+5. Comparison (metrics.py) and the report (report.py). The result records the fingerprint of the
+   simulator and policy code it measured and when (`code_stamp`), so a later report can tell
+   whether it is still the code of the day (analysis/fidelity_status.py).
 
 Every run is an ordinary run folder: `<runs>/<workload>/<policy>/real<k>/`, `.../sim/` and
 `.../sim_scaled<k>/` (its scaled profile beside it as `profile_scaled<k>.json`).
@@ -27,8 +29,9 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -238,8 +241,35 @@ def _cell(s: Setup, w, sched: str, trace: Path, profile: Path, reals: list[Path]
             "trace": str(trace), "metrics": rows}
 
 
+def code_stamp(now: datetime | None = None) -> dict[str, str]:
+    """The simulator and policy code a measurement runs (analysis.fidelity_status.fidelity_fingerprint) and when it
+    started (UTC, ISO 8601): taken before the first run, so an edit made during the measurement is stale."""
+    from analysis.fidelity_status import fidelity_fingerprint
+
+    when = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return {"fingerprint": fidelity_fingerprint(), "measured": when.isoformat(timespec="seconds")}
+
+
+def record(s: Setup, cells: list[dict[str, Any]], profile: Path, times_s: tuple[float, float],
+           code: Mapping[str, str]) -> dict[str, Any]:
+    """fidelity.json's content: the cells, the settings (`times_s`: profiling, total) and the code measured."""
+    prof = json.loads(profile.read_text())
+    return {
+        "cells": cells,
+        "settings": {
+            "device": s.device, "model": s.model, "repeats": s.repeats, "seed": s.seed, "profile": str(profile),
+            "server": prof.get("meta", {}).get("server", {}),
+            "request_latency_s": prof.get("request_latency_s"),
+            "prefill_batch_shared_s": prof.get("prefill_batch_shared_s"),
+            "profile_s": round(times_s[0], 1), "total_s": round(times_s[1], 1),
+        },
+        "code": dict(code),
+    }
+
+
 def validate_all(s: Setup) -> dict[str, Any]:
-    """Run everything; returns {"cells": [...], "settings": {...}} (see report.py)."""
+    """Run everything; returns {"cells": [...], "settings": {...}, "code": {...}} (see report.py)."""
+    code = code_stamp()
     t_start = time.monotonic()
     s.runs.mkdir(parents=True, exist_ok=True)
     traces = build_traces(s)
@@ -253,14 +283,4 @@ def validate_all(s: Setup) -> dict[str, Any]:
     real, summaries = _real_runs(s, traces, {"latency_profile": str(profile)})
     cells = [_cell(s, w, sched, traces[w.name], profile, real[(w.name, sched)], summaries[(w.name, sched)])
              for w in s.workloads for sched in s.schedulers]
-    prof = json.loads(profile.read_text())
-    return {
-        "cells": cells,
-        "settings": {
-            "device": s.device, "model": s.model, "repeats": s.repeats, "seed": s.seed, "profile": str(profile),
-            "server": prof.get("meta", {}).get("server", {}),
-            "request_latency_s": prof.get("request_latency_s"),
-            "prefill_batch_shared_s": prof.get("prefill_batch_shared_s"),
-            "profile_s": round(t_profile, 1), "total_s": round(time.monotonic() - t_start, 1),
-        },
-    }
+    return record(s, cells, profile, (t_profile, time.monotonic() - t_start), code)

@@ -1,0 +1,79 @@
+"""Fidelity is never silently stale: fidelity.json records the simulator and policy code it measured
+(topas.fidelity.validate.code_stamp), and the report says whether that is the current code
+(analysis/fidelity_status.py) in claims.md and fidelity.md. No server: the seams are pure."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from analysis import fidelity_status
+from analysis.fidelity_status import freshness
+from topas import fingerprint as fp
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE = {"fingerprint": "abc123", "measured": "2025-01-02T03:04:05+00:00"}
+
+
+def test_freshness_says_current_stale_or_never_measured():
+    assert freshness(CODE, "abc123") == "fidelity measured on this code (2025-01-02T03:04:05+00:00)"
+    assert freshness(CODE, "def456") == ("fidelity stale since 2025-01-02T03:04:05+00:00: the simulator or policy "
+                                         "code changed after it was measured")
+    assert freshness(None, "abc123") == freshness({}, "abc123") == "fidelity never measured with a code fingerprint"
+
+
+def test_the_record_written_to_fidelity_json_has_the_code_and_when(tmp_path):
+    from topas.fidelity.validate import Setup, code_stamp, record
+
+    (tmp_path / "profile.json").write_text(json.dumps({"meta": {"server": {"kv_pool_tokens": 4096}}}))
+    code = code_stamp(datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+    assert code == {"fingerprint": fidelity_status.fidelity_fingerprint(), "measured": "2025-01-02T03:04:05+00:00"}
+    rec = record(Setup(), [], tmp_path / "profile.json", (1.0, 2.0), code)
+    assert rec["code"] == code and rec["settings"]["server"] == {"kv_pool_tokens": 4096}
+    assert json.loads(json.dumps(rec))["code"] == code  # as fidelity.json stores it
+    assert freshness(rec["code"], fidelity_status.fidelity_fingerprint()).startswith("fidelity measured on this code")
+    assert datetime.fromisoformat(code_stamp()["measured"]).tzinfo is not None  # UTC, ISO 8601
+
+
+def test_the_fingerprint_covers_the_simulator_and_the_policies_not_analysis_or_drivers():
+    modules = fp.code_modules(fidelity_status.FIDELITY_PACKAGES)
+    assert {"topas.engines.sim.engine", "topas.engines.latency.factory", "topas.scheduler.score", "baselines.lpm",
+            "topas.runner", "topas.workflow"} <= modules
+    assert not {m for m in modules if m.startswith(("analysis", "topas.fidelity", "topas.reproduce", "topas.sweep"))}
+
+
+def test_claims_md_gains_the_fidelity_status(tmp_path):
+    (tmp_path / "fidelity").mkdir()
+    (tmp_path / "claims.md").write_text("# The paper's claims\n")
+    assert fidelity_status.status(tmp_path) is None  # no fidelity.json: nothing to say
+    (tmp_path / "fidelity" / "fidelity.json").write_text(json.dumps({"cells": [], "settings": {}, "code": CODE}))
+    line = fidelity_status.status(tmp_path, current="def456")
+    fidelity_status.add_to_claims(tmp_path, line)
+    claims = (tmp_path / "claims.md").read_text()
+    assert claims.startswith("# The paper's claims\n") and "## Simulator fidelity" in claims
+    assert f"Simulator fidelity: {freshness(CODE, 'def456')}, see fidelity/fidelity.md" in claims
+    assert fidelity_status.status(tmp_path, current="abc123").startswith("fidelity measured on this code")
+
+
+def test_the_committed_fidelity_json_shows_as_never_measured_with_a_fingerprint(tmp_path):
+    path = ROOT / "analysis/results/fidelity/fidelity.json"
+    if not path.exists():
+        pytest.skip("no fidelity results")
+    if "code" in json.loads(path.read_text()):
+        pytest.skip("fidelity.json was measured with a fingerprint")
+    (tmp_path / "fidelity").mkdir()
+    shutil.copy(path, tmp_path / "fidelity" / "fidelity.json")
+    assert fidelity_status.status(tmp_path) == "fidelity never measured with a code fingerprint"
+
+
+def test_fidelity_md_states_the_code_it_measured():
+    from topas.fidelity.report import code_line
+
+    assert "fidelity measured on this code" in code_line({"code": CODE}, "abc123") and "`abc123`" in code_line(
+        {"code": CODE}, "abc123")
+    assert "stale since" in code_line({"code": CODE}, "def456")
+    assert "never measured with a code fingerprint" in code_line({"cells": []}, "abc123")
