@@ -168,6 +168,28 @@ def fidelity_display(result: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _yes(x: bool | None) -> str:
+    return "n/a" if x is None else "yes" if x else "no"
+
+
+def _vs(row: Mapping[str, Any], name) -> str:
+    """'fcfs', 'best: lpm' or 'fcfs (best)' (topas/fidelity/differences.py's `kind`)."""
+    return {"best": f"best: {name(row['vs'])}", "fcfs = best": f"{name(row['vs'])} (best)"}.get(row["kind"], name(row["vs"]))
+
+
+def fidelity_differences_display(result: Mapping[str, Any], readable: bool = True) -> pd.DataFrame:
+    """fidelity.json's `differences` (paired changes of mean JCT between schedulers, real and simulated) as a
+    table; `readable`: workload and scheduler labels instead of config names."""
+    wl, name = (style.workload_label, style.label) if readable else (str, str)
+    return pd.DataFrame([{
+        "workload": wl(d["workload"]), "policy": name(d["policy"]), "vs": _vs(d, name),
+        "real change (95% CI)": f"{fmt_value(d['real'])} {fmt_ci(d['real_ci'])}",
+        "sim change (scaled)": fmt_value(d["sim_scaled"]), "sim change (profile)": fmt_value(d["sim_profile"]),
+        "inside CI": _yes(d["inside"]), "same sign": _yes(d["same_sign"]),
+        "repeats (needed)": f"{d['n']} ({d['needed'] if d.get('needed') is not None else 'n/a'})",
+    } for d in result.get("differences", [])])
+
+
 def to_markdown(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False, floatfmt=".3f", disable_numparse=True)  # cells stay as formatted
 

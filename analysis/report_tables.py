@@ -127,11 +127,13 @@ def failed_table(failed: pd.DataFrame, t: Target) -> None:
 
 
 def fidelity_table(out: Path, t: Target) -> pd.DataFrame:
-    """fidelity.tex from fidelity.json (written by `make fidelity`); empty without it."""
+    """fidelity.tex and fidelity_differences.tex from fidelity.json (written by `make fidelity`); empty without it."""
     path = out / "fidelity" / "fidelity.json"
     if not path.exists():
         return pd.DataFrame()
-    tab = display.fidelity_display(json.loads(path.read_text()))
+    result = json.loads(path.read_text())
+    fidelity_differences_table(result, out, t)
+    tab = display.fidelity_display(result)
     # a two-level header for the paper: "mean JCT real (s)" -> ("mean JCT", "real (s)")
     paper = tab.set_axis([tuple(c.split(" JCT ")) if " JCT " in c else ("", c) for c in tab.columns], axis=1)
     paper.columns = [(f"{a} JCT", b) if a else (a, b) for a, b in paper.columns]
@@ -139,6 +141,24 @@ def fidelity_table(out: Path, t: Target) -> pd.DataFrame:
         paper, right=[c for c in paper.columns if c[1] not in ("workload", "policy")], caption="Simulator fidelity: the "
         "simulator vs the real SGLang server on identical traces (errors (sim - real) / real; noise: the real server's "
         "run-to-run spread over the repeats; machine speed: the profile's scale in each real run).", tag=t.tag("fidelity")))
+    return tab
+
+
+def fidelity_differences_table(result: dict, out: Path, t: Target) -> pd.DataFrame:
+    """fidelity_differences.tex from fidelity.json's `differences` (topas/fidelity/differences.py); removed when the
+    result has none (an older fidelity.json), so no stale table stays beside a new one."""
+    path = out / "fidelity" / "fidelity_differences.tex"
+    tab = display.fidelity_differences_display(result)
+    if tab.empty:
+        path.unlink(missing_ok=True)
+        return tab
+    path.write_text(latex.render(
+        tab, right=[c for c in tab.columns if c not in ("workload", "policy", "vs", "inside CI", "same sign")],
+        caption="Simulator fidelity of the differences between schedulers: the paired change of mean JCT (X - B) / B "
+        "vs FCFS and vs the best baseline, repeat k with repeat k (same trace); real: mean over the repeats with "
+        "its 95% Student-t half-width (pp); sim: the simulator at each real run's machine speed (scaled) and on the "
+        "profile as measured; inside CI: the scaled change lies within the real CI; repeats (needed): used, and "
+        "needed for a 10% difference to exclude 0 at that row's noise.", tag=t.tag("fidelity_differences")))
     return tab
 
 

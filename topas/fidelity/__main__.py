@@ -1,12 +1,13 @@
 """`python -m topas.fidelity`: the real SGLang server vs the simulator on identical traces.
 
     python -m topas.fidelity                                  # CPU, tiny model: dag4 + metagpt_tl x fcfs, lpm, topas
-    python -m topas.fidelity --profile p.json --repeats 3     # reuse a measured profile; more repeats
+    python -m topas.fidelity --profile p.json --repeats 3     # reuse a measured profile; more repeats (narrower CIs)
     python -m topas.fidelity --device gpu --model qwen2_5_7b --gpu h100_80gb   # a GPU (dummy weights)
 
-Prints the table and writes analysis/results/fidelity/{fidelity.md, fidelity.json,
-fidelity_jct.png}; every run is a run folder under runs/fidelity/. Exit status 0 when all
-runs finished (the errors are reported, not judged), 2 for a setup problem, 1 when a run failed.
+Prints the differences between schedulers (real, with its CI, vs simulated) and the per-cell
+errors, and writes analysis/results/fidelity/{fidelity.md, fidelity.json, fidelity_jct.png};
+every run is a run folder under runs/fidelity/. Exit status 0 when all runs finished (the
+errors are reported, not judged), 2 for a setup problem, 1 when a run failed.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gpu", default="a100_80gb", help="conf/gpu name (the simulator's host link only)")
     ap.add_argument("--workloads", default="dag4,metagpt_tl", help="comma-separated: " + ", ".join(CPU_WORKLOADS))
     ap.add_argument("--schedulers", default="fcfs,lpm,topas")
-    ap.add_argument("--repeats", type=int, default=2, help="real runs per (workload, policy): the noise floor")
+    ap.add_argument("--repeats", type=int, default=2, help="real runs per (workload, policy): the noise floor and the CI of the differences")
     ap.add_argument("--num-tasks", type=int, default=None, help="tasks per workload (default: the preset's)")
     ap.add_argument("--rate-scale", type=float, default=1.0, help="x the presets' arrival rates")
     ap.add_argument("--seed", type=int, default=0)
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = parse_args(argv)
     from topas.config import ConfigError
     from topas.engines.sglang.client.server import SGLangNotInstalled, check_sglang_importable
-    from topas.fidelity.report import main_table, write_report
+    from topas.fidelity.report import differences_table, main_table, repeats_line, write_report
     from topas.fidelity.validate import validate_all
 
     presets = CPU_WORKLOADS if a.device == "cpu" else GPU_WORKLOADS
@@ -81,6 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     files = write_report(result, Path(a.out))
     print()
+    print(differences_table(result))
+    print(f"\n{repeats_line(result)}\n")
     print(main_table(result))
     print(f"\n-> {files['md']} ({result['settings']['total_s']:.0f} s)")
     return 0

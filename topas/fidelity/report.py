@@ -1,7 +1,13 @@
-"""The fidelity report: a Markdown table (printed and saved), the full numbers as JSON, and
+"""The fidelity report: Markdown tables (printed and saved), the full numbers as JSON, and
 a figure of simulated vs real JCT per task (scatter with the y = x line).
 
-Columns of the main table, per (workload, policy): real mean JCT (mean over the repeats)
+First the differences between schedulers (differences.py; analysis.display renders them): per
+(workload, policy), the paired change of mean JCT vs FCFS and vs the best baseline on the real
+server with its 95% CI over the repeats, on the simulator (scaled and on the profile), whether
+the simulator's change lies inside the real CI and has its sign, and the repeats a 10%
+difference would need at the noise observed. The verdicts of the harness rest on such differences.
+
+Columns of the main (per-cell error) table, per (workload, policy): real mean JCT (mean over the repeats)
 and run-to-run noise of the real server (max - min) / mean over the repeats; the
 simulator's relative error (sim - real) / real on the profile as measured ("profile") and
 on the profile scaled to each run's machine speed ("scaled", calibrate.py); the same for
@@ -58,6 +64,45 @@ def main_table(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+ERR_NOTE = ("Errors are (sim - real) / real; **bold** misses the goal (mean JCT 10%, p99 JCT 20%). *noise*: "
+            "run-to-run variation of the real server over the repeats, (max - min) / mean. *err profile*: the "
+            "simulator on the latency profile as measured; *err scaled*: on the profile scaled to the machine speed "
+            "measured in each real run (mean of the paired errors; topas/fidelity/calibrate.py). *machine speed*: "
+            "that scale for decode steps.")
+DIFF_NOTE = ("The harness's verdicts rest on differences between schedulers, so this is the comparison that "
+             "matters: per workload and policy, the paired change of mean JCT (X - B) / B against FCFS and against "
+             "the best baseline (lowest real mean JCT, TOPAS and its ablations excluded), repeat k of each paired "
+             "with repeat k of the other (same trace). *real change*: its mean over the repeats and 95% Student-t "
+             "half-width (pp: percentage points); *sim change (scaled)*: the same paired change on the simulator at "
+             "each real run's machine speed; *sim change (profile)*: on the profile as measured. *inside CI*: the "
+             "scaled simulator's change lies within the real CI; *same sign*: it points the same way as the real "
+             "mean. A wide CI means the real server cannot tell the two apart at these repeats; *repeats (needed)*: "
+             "the repeats used and those a 10% difference would need at this row's noise.")
+
+
+def differences_table(result: Mapping[str, Any]) -> str:
+    """The "Differences between schedulers" table (topas/fidelity/differences.py), config names as the main table."""
+    from analysis.display import fidelity_differences_display, to_markdown
+
+    if "differences" not in result:
+        return "Not in this result: it was measured before fidelity.json recorded the differences."
+    tab = fidelity_differences_display(result, readable=False)
+    return to_markdown(tab) if len(tab) else "None: no workload ran two schedulers to compare."
+
+
+def repeats_line(result: Mapping[str, Any], effect: float = 0.10) -> str:
+    """How many repeats a difference of `effect` needs to exclude 0, at the median and largest noise observed."""
+    from topas.fidelity.differences import noise, repeats_needed
+
+    med, worst = noise(d.get("sd") for d in result.get("differences", []))
+    if math.isnan(med):
+        return f"Repeats needed for a {effect:.0%} difference: unknown (no pair of schedulers with two repeats)."
+    return (f"Repeats needed for a {effect:.0%} difference between two schedulers to have a 95% CI that excludes 0: "
+            f"{repeats_needed(med, effect)} at the median noise observed (sd of the paired changes {med:.1%}), "
+            f"{repeats_needed(worst, effect)} at the largest ({worst:.1%}); this measurement has "
+            f"{result['settings'].get('repeats')}.")
+
+
 def detail_table(cell: Mapping[str, Any]) -> str:
     lines = ["| metric | real | noise | sim (profile) | err | sim (scaled) | err |", "|---|---|---|---|---|---|---|"]
     for key, label, _ in METRICS:
@@ -77,7 +122,8 @@ def settings_text(result: Mapping[str, Any]) -> str:
         f"- real server: SGLang {srv.get('sglang_version')} on {st.get('device')} ({st.get('model')}), KV pool "
         f"{srv.get('kv_pool_tokens')} tokens, chunked prefill {srv.get('chunked_prefill_size')}, max prefill tokens "
         f"{srv.get('max_prefill_tokens')}, max running requests {srv.get('max_running_requests')}; one server for all "
-        f"real runs, {st.get('repeats')} repeat(s) per cell (repeat-major order)",
+        f"real runs, {st.get('repeats')} repeat(s) per cell (repeat-major, the scheduler order rotated per repeat, "
+        "after one warm-up run that is not recorded)",
         "- workloads: " + "; ".join(f"{w} (token scale {s:g}, {n} tasks, {r:g} tasks/s, seed {st.get('seed')})"
                                     for w, s, n, r in wl),
         f"- profile: `{st.get('profile')}` (measured in {st.get('profile_s')} s); client path: submit "
@@ -119,12 +165,10 @@ def write_report(result: Mapping[str, Any], out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     fig = jct_figure(result, out / "fidelity_jct.png")
     md = ["# Simulator fidelity: the real SGLang server vs the simulator on identical traces", "",
-          "Generated by `python -m topas.fidelity` (`make fidelity`). Errors are (sim - real) / real; "
-          "**bold** misses the goal (mean JCT 10%, p99 JCT 20%). *noise*: run-to-run variation of the real "
-          "server over the repeats, (max - min) / mean. *err profile*: the simulator on the latency profile as "
-          "measured; *err scaled*: on the profile scaled to the machine speed measured in each real run "
-          "(mean of the paired errors; topas/fidelity/calibrate.py). *machine speed*: that scale for decode steps.",
-          "", code_line(result, code_now()), "", main_table(result), "", "## Setup", "", settings_text(result), ""]
+          "Generated by `python -m topas.fidelity` (`make fidelity`).", "", code_line(result, code_now()), "",
+          "## Differences between schedulers", "", DIFF_NOTE, "", differences_table(result), "",
+          repeats_line(result), "", "## Per-cell errors", "", ERR_NOTE, "", main_table(result), "",
+          "## Setup", "", settings_text(result), ""]
     if fig is not None:
         md += [f"![JCT per task, simulator vs real]({fig.name})", ""]
     md += ["## Every metric, per cell", ""]

@@ -9,28 +9,36 @@ identical traces, for a set of workloads x policies (`python -m topas.fidelity`)
    iteration latency over a grid, the batch sharing term and the client round trip.
 3. Real runs: `backend=sglang`, one server kept for all of them (`reuse_server`: the policy
    is switched in place, the prefix cache flushed between runs), `repeats` times per
-   (workload, policy), repeat-major so that slow drift of the machine spreads evenly.
+   (workload, policy), interleaved (`run_order`): repeat-major so that slow drift of the
+   machine spreads evenly, and the scheduler order rotated per repeat (repeat k starts at
+   scheduler k mod n) so that no scheduler always runs first, or always after the same
+   one. One warm-up run comes first (the first workload x the first scheduler, into
+   `<runs>/warmup/`, not recorded): the first replay on a fresh server is slower.
    The policy inside the server gets the profile as its cost model, as in the simulator.
 4. Simulator runs: `backend=sim backend.latency=profile` on the profile, with the real
    server's KV pool, max running requests, chunked prefill size and max prefill tokens
    (read from the server), no host tier (none on CPU), and the profile's client round trip;
    then one more per real run, on the profile scaled to the machine speed measured during
    that run (calibrate.py: the shared machine's speed drifts by tens of percent).
-5. Comparison (metrics.py) and the report (report.py). The result records the fingerprint of the
-   simulator and policy code it measured and when (`code_stamp`), so a later report can tell
-   whether it is still the code of the day (analysis/fidelity_status.py).
+5. Comparison (metrics.py): per cell, the simulator's error; between schedulers
+   (differences.py), the paired change of mean JCT vs FCFS and vs the best baseline, real
+   (with its CI over the repeats) and simulated (`differences` in the result): the harness's
+   verdicts rest on those differences. The report (report.py). The result records the
+   fingerprint of the simulator and policy code it measured and when (`code_stamp`), so a
+   later report can tell whether it is still the code of the day (analysis/fidelity_status.py).
 
 Every run is an ordinary run folder: `<runs>/<workload>/<policy>/real<k>/`, `.../sim/` and
-`.../sim_scaled<k>/` (its scaled profile beside it as `profile_scaled<k>.json`).
+`.../sim_scaled<k>/` (its scaled profile beside it as `profile_scaled<k>.json`), and `<runs>/warmup/`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -190,26 +198,45 @@ def server_settings(profile: Path, real_summary: dict[str, Any]) -> dict[str, An
     }
 
 
+def run_order(workloads: Sequence[Any], schedulers: Sequence[Any], repeats: int) -> list[tuple[int, Any, Any]]:
+    """The real runs' order, (repeat, workload, scheduler): repeat-major (slow drift of the machine spreads evenly
+    over the schedulers), and within repeat k the schedulers rotated to start at scheduler k mod n (none always
+    runs first after a workload switch, or always after the same one: a carried-over state biases no one)."""
+    n = len(schedulers)
+    return [(k, w, schedulers[(k + i) % n]) for k in range(repeats) for w in workloads for i in range(n)]
+
+
+def _warm_up(s: Setup, traces: dict, cost_model: dict) -> None:
+    """One real run that is not recorded: the first replay on a fresh server pays for its warm-up."""
+    w, sched = s.workloads[0], s.schedulers[0]
+    t = time.monotonic()
+    real_run(s, traces[w.name], sched, s.runs / "warmup", cost_model)
+    s.say(f"real warm-up {w.name}/{sched} (not recorded): {time.monotonic() - t:.0f} s")
+
+
 def _real_runs(s: Setup, traces: dict, cost_model: dict) -> tuple[dict, dict]:
-    """Every (workload, scheduler) on the real server, `s.repeats` times: their folders and first summaries."""
+    """Every (workload, scheduler) on the real server, `s.repeats` times in `run_order`, after one warm-up run:
+    their folders (in repeat order) and first summaries."""
     from topas.engines.sglang.client.shared_server import shutdown_shared_servers
 
     real: dict[tuple[str, str], list[Path]] = {}
     summaries: dict[tuple[str, str], dict[str, Any]] = {}
     try:
-        for k in range(s.repeats):
-            for w in s.workloads:
-                for sched in s.schedulers:
-                    out = s.runs / w.name / sched / f"real{k}"
-                    t = time.monotonic()
-                    if s.reuse_real and (out / "summary.json").is_file():
-                        summ = json.loads((out / "summary.json").read_text())
-                    else:
-                        summ = real_run(s, traces[w.name], sched, out, cost_model)
-                    summaries.setdefault((w.name, sched), summ)
-                    real.setdefault((w.name, sched), []).append(out)
-                    s.say(f"real {w.name}/{sched} #{k}: JCT mean {summ['jct_mean']:.3f} s, "
-                          f"{summ['requests_served']} requests, {time.monotonic() - t:.0f} s")
+        warmed = False
+        for k, w, sched in run_order(s.workloads, s.schedulers, s.repeats):
+            out = s.runs / w.name / sched / f"real{k}"
+            t = time.monotonic()
+            if s.reuse_real and (out / "summary.json").is_file():
+                summ = json.loads((out / "summary.json").read_text())
+            else:
+                if not warmed:  # only when a real run is measured now
+                    _warm_up(s, traces, cost_model)
+                    warmed = True
+                summ = real_run(s, traces[w.name], sched, out, cost_model)
+            summaries.setdefault((w.name, sched), summ)  # repeat 0's: the order is repeat-major
+            real.setdefault((w.name, sched), []).append(out)
+            s.say(f"real {w.name}/{sched} #{k}: JCT mean {summ['jct_mean']:.3f} s, "
+                  f"{summ['requests_served']} requests, {time.monotonic() - t:.0f} s")
     finally:
         shutdown_shared_servers()
     return real, summaries
@@ -241,6 +268,26 @@ def _cell(s: Setup, w, sched: str, trace: Path, profile: Path, reals: list[Path]
             "trace": str(trace), "metrics": rows}
 
 
+def _jct(folder: str | Path) -> float:
+    v = json.loads((Path(folder) / "summary.json").read_text()).get("jct_mean")
+    return math.nan if v is None else float(v)
+
+
+def difference_inputs(cells: Sequence[Mapping[str, Any]]) -> tuple[dict, dict, dict]:
+    """differences.differences' inputs from the cells' run folders (summary.json's `jct_mean`): workload ->
+    scheduler -> the real runs' per-repeat values, the scaled simulator runs' (same repeat order), and the
+    simulator's on the profile."""
+    real: dict[str, dict[str, list[float]]] = {}
+    scaled: dict[str, dict[str, list[float]]] = {}
+    profile: dict[str, dict[str, float]] = {}
+    for c in cells:
+        w, sched = c["workload"], c["scheduler"]
+        real.setdefault(w, {})[sched] = [_jct(p) for p in c["real_dirs"]]
+        scaled.setdefault(w, {})[sched] = [_jct(p) for p in c.get("sim_scaled_dirs", [])]
+        profile.setdefault(w, {})[sched] = _jct(c["sim_dir"])
+    return real, scaled, profile
+
+
 def code_stamp(now: datetime | None = None) -> dict[str, str]:
     """The simulator and policy code a measurement runs (analysis.fidelity_status.fidelity_fingerprint) and when it
     started (UTC, ISO 8601): taken before the first run, so an edit made during the measurement is stale."""
@@ -268,7 +315,10 @@ def record(s: Setup, cells: list[dict[str, Any]], profile: Path, times_s: tuple[
 
 
 def validate_all(s: Setup) -> dict[str, Any]:
-    """Run everything; returns {"cells": [...], "settings": {...}, "code": {...}} (see report.py)."""
+    """Run everything; returns {"cells": [...], "settings": {...}, "code": {...}, "differences": [...]} (see
+    report.py)."""
+    from topas.fidelity.differences import differences
+
     code = code_stamp()
     t_start = time.monotonic()
     s.runs.mkdir(parents=True, exist_ok=True)
@@ -283,4 +333,6 @@ def validate_all(s: Setup) -> dict[str, Any]:
     real, summaries = _real_runs(s, traces, {"latency_profile": str(profile)})
     cells = [_cell(s, w, sched, traces[w.name], profile, real[(w.name, sched)], summaries[(w.name, sched)])
              for w in s.workloads for sched in s.schedulers]
-    return record(s, cells, profile, (t_profile, time.monotonic() - t_start), code)
+    result = record(s, cells, profile, (t_profile, time.monotonic() - t_start), code)
+    result["differences"] = [asdict(d) for d in differences(*difference_inputs(cells))]
+    return result
