@@ -76,7 +76,7 @@ test-sglang: sglang-cpu
 
 .PHONY: fidelity
 ## Simulator fidelity: the real SGLang server (CPU, tiny model) vs the simulator on identical
-## traces, FCFS/LPM/TOPAS x dag4 + scaled MetaGPT-TL, 2 repeats -> analysis/results/fidelity/.
+## traces, FCFS/LPM/TOPAS x dag4 + scaled MetaGPT-TL, 3 repeats -> analysis/results/fidelity/.
 fidelity: sglang-cpu
 	$(PY) -m topas.fidelity $(ARGS)
 

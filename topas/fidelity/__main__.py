@@ -29,7 +29,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gpu", default="a100_80gb", help="conf/gpu name (the simulator's host link only)")
     ap.add_argument("--workloads", default="dag4,metagpt_tl", help="comma-separated: " + ", ".join(CPU_WORKLOADS))
     ap.add_argument("--schedulers", default="fcfs,lpm,topas")
-    ap.add_argument("--repeats", type=int, default=2, help="real runs per (workload, policy): the noise floor and the CI of the differences")
+    ap.add_argument("--repeats", type=int, default=3, help="real runs per (workload, policy): the noise floor and the CI of the differences")
     ap.add_argument("--num-tasks", type=int, default=None, help="tasks per workload (default: the preset's)")
     ap.add_argument("--rate-scale", type=float, default=1.0, help="x the presets' arrival rates")
     ap.add_argument("--seed", type=int, default=0)
