@@ -9,8 +9,6 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pytest
-
 from analysis import fidelity_status
 from analysis.fidelity_status import freshness
 from topas import fingerprint as fp
@@ -59,15 +57,14 @@ def test_claims_md_gains_the_fidelity_status(tmp_path):
     assert fidelity_status.status(tmp_path, current="abc123").startswith("fidelity measured on this code")
 
 
-def test_the_committed_fidelity_json_shows_as_never_measured_with_a_fingerprint(tmp_path):
+def test_the_committed_fidelity_json_records_its_code_and_turns_stale_after_a_change(tmp_path):
     path = ROOT / "analysis/results/fidelity/fidelity.json"
-    if not path.exists():
-        pytest.skip("no fidelity results")
-    if "code" in json.loads(path.read_text()):
-        pytest.skip("fidelity.json was measured with a fingerprint")
+    code = json.loads(path.read_text())["code"]
+    assert len(code["fingerprint"]) == 16 and code["measured"].endswith("+00:00")
     (tmp_path / "fidelity").mkdir()
     shutil.copy(path, tmp_path / "fidelity" / "fidelity.json")
-    assert fidelity_status.status(tmp_path) == "fidelity never measured with a code fingerprint"
+    assert fidelity_status.status(tmp_path, current=code["fingerprint"]).startswith("fidelity measured on this code")
+    assert fidelity_status.status(tmp_path, current="0" * 16).startswith(f"fidelity stale since {code['measured']}")
 
 
 def test_fidelity_md_states_the_code_it_measured():

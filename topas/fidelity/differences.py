@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from scipy import stats
 
 from analysis.tables import ci95
-from topas.scheduler_sets import REFERENCES, TOPAS
+from topas.scheduler_sets import baselines
 
 REFERENCE = "fcfs"
 Jcts = Mapping[str, Mapping[str, Sequence[float]]]  # workload -> scheduler -> per-repeat mean JCTs
@@ -76,15 +76,11 @@ def change(x: float, b: float) -> float:
     return (x - b) / b if _ok(x) and _ok(b) and b != 0 else math.nan
 
 
-def is_baseline(scheduler: str) -> bool:
-    """A baseline: not TOPAS, not one of its ablations (`topas_*`), not a labelled reference row."""
-    return scheduler != TOPAS and not scheduler.startswith(TOPAS + "_") and scheduler not in REFERENCES
-
-
 def best_baseline(real: Mapping[str, Sequence[float]], exclude: str) -> str | None:
-    """The baseline with the lowest real mean JCT over its repeats, `exclude` left out; None when there is none."""
+    """The baseline (topas.scheduler_sets: not TOPAS, an ablation or a reference row) with the lowest real mean JCT
+    over its repeats, `exclude` left out; None when there is none."""
     means = {s: statistics.fmean(v) for s, xs in real.items()
-             if s != exclude and is_baseline(s) and (v := [x for x in xs if _ok(x)])}
+             if s != exclude and s in baselines("full") and (v := [x for x in xs if _ok(x)])}
     return min(means, key=means.get) if means else None
 
 
