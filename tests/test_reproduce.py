@@ -92,8 +92,8 @@ def test_launcher_configs_compose():
             cfg = compose(config_name="config", overrides=["+experiment=main", f"hydra/launcher={launcher}"],
                           return_hydra_config=True)
             assert cfg.hydra.launcher._target_.endswith(target)
-        cfg = compose(config_name="config", overrides=["+experiment=kv_budget", "backend.kv_pool_tokens=16000"])
-        assert "/kv16000/" in cfg.out_dir
+        cfg = compose(config_name="config", overrides=["+experiment=kv_budget", "backend.kv_pool_tokens=16384"])
+        assert "/kv16384/" in cfg.out_dir
 
 
 # ------------------------------------------------------------------ grids: conf/experiment is their one definition
@@ -117,6 +117,24 @@ def test_every_experiment_has_its_full_quick_and_default_grid():
     assert grid_config("load_sweep", "quick", "sglang") == "load_sweep_quick"  # no real-engine file: the sim grid
     with pytest.raises(ValueError, match="no 'real' grid"):
         grid_config("regime", "real")
+
+
+def test_the_kv_budget_grids_smallest_pool_fits_every_trace_of_the_full_grid():
+    """Every point of `make reproduce-full` can run: its smallest pool admits and finishes every call of every
+    trace (each workload x 10 seeds x 200 tasks; a pool of 16,000 left 4 MetaGPT-TL seeds unrunnable). A run
+    checks its own trace's fit while it is prepared."""
+    from hydra import compose, initialize_config_dir
+
+    from topas.reproduce import sweep_params
+    from topas.runner import prepare
+
+    grid = sweep_params("kv_budget")
+    pool = min(int(v) for v in grid["backend.kv_pool_tokens"])
+    with initialize_config_dir(version_base=None, config_dir=str(ROOT / "conf")):
+        for wl in grid["workload"]:
+            for seed in grid["seed"]:
+                prepare(compose(config_name="config", overrides=[
+                    "+experiment=kv_budget", f"workload={wl}", f"seed={seed}", f"backend.kv_pool_tokens={pool}"]))
 
 
 def test_every_reduced_grid_is_a_sub_grid_of_its_experiment():
