@@ -341,3 +341,12 @@ def test_cli_prints_and_draws(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "agent prefixes (tokens)" in out and "per task (mean over 3 tasks)" in out and "offered load" in out
     assert png.stat().st_size > 1000
+
+
+def test_cli_describes_a_shape_with_its_offered_load(tmp_path, capsys):
+    """A shape's capacity is in its own table (capacity_shapes.yaml): the description reads it from there."""
+    from topas.workloads.__main__ import main
+
+    assert main(["shapes", "params.shape=d8", "--num-tasks", "2", "--png", str(tmp_path / "d8.png")]) == 0
+    out = capsys.readouterr().out
+    assert "template shape_d8" in out and "offered load: " in out and "x capacity" in out

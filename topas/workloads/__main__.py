@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 import topas.run_identity  # noqa: F401  (registers the resolvers a workload config uses: rate_unless_load)
 from topas.workloads import build_trace, dump_trace
-from topas.workloads.capacity import CAPACITY_FILE, capacity_of, load_capacity
+from topas.workloads.capacity import CAPACITY_FILE, SHAPES_CAPACITY_FILE, capacity_of, load_capacity
 from topas.workloads.config import WorkloadConfig
 from topas.workloads.describe import budget_text, dag_text, draw_dag, template_text, token_stats
 
@@ -102,7 +102,7 @@ def _describe(wc: WorkloadConfig, trace, seed: int, rate: float | None, note: st
     elif cap is None:
         print(f"offered load: no capacity for '{wc.name}' in {CAPACITY_FILE}")
     else:
-        e = table[wc.name]
+        e = table.get(wc.name) or (load_capacity(SHAPES_CAPACITY_FILE) or {}).get(wc.name, {})  # a shape: its own table
         if rate is None:
             arr = sorted(t.arrival for t in trace.tasks)
             rate = (len(arr) - 1) / (arr[-1] - arr[0]) if len(arr) > 1 and arr[-1] > arr[0] else float("nan")
