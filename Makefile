@@ -74,11 +74,18 @@ sglang-cpu: $(STAMP)
 test-sglang: sglang-cpu
 	TOPAS_REQUIRE_SGLANG=1 $(PY) -m pytest tests/sglang $(ARGS)
 
-.PHONY: fidelity
+.PHONY: fidelity fidelity-memory
 ## Simulator fidelity: the real SGLang server (CPU, tiny model) vs the simulator on identical
 ## traces, FCFS/LPM/TOPAS x dag4 + scaled MetaGPT-TL, 3 repeats -> analysis/results/fidelity/.
 fidelity: sglang-cpu
 	$(PY) -m topas.fidelity $(ARGS)
+
+## The memory-bound MetaGPT-TL cell on the real CPU server (~16 min): prefixes ~89% of a 2,240-token pool,
+## 24 tasks at 2 task/s, LPM / Parrot-FCFS / TOPAS x 6 repeats -> analysis/results/fidelity/tl_memory/.
+fidelity-memory: sglang-cpu
+	$(PY) -m topas.fidelity --workloads metagpt_tl --schedulers lpm,parrot_fcfs,topas --repeats 6 --num-tasks 24 \
+		--rate-scale 2 --max-total-tokens 2240 --profile analysis/results/fidelity/profile.json \
+		--runs runs/fidelity_tl_memory --out analysis/results/fidelity/tl_memory $(ARGS)
 
 .PHONY: sglang-gpu gpu-check
 ## Real SGLang 0.5.23 on a GPU machine (sglang's own CUDA torch; no stand-ins).

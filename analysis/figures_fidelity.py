@@ -43,8 +43,10 @@ def fidelity_jct(result: Mapping[str, Any]) -> Figure | None:
     handles += [Line2D([], [], marker="o", ls="", color="0.4", label="simulator, profile at\nthe run's machine speed"),
                 Line2D([], [], marker="x", ls="", color="0.4", label="simulator, profile\nas measured"),
                 Line2D([], [], color="black", lw=1, label="y = x")]
-    fig.legend(handles=handles, loc="outside right upper", fontsize=7)
-    return finish(fig, _runs(cells), "Simulator vs real SGLang server on identical traces", "one point per task and repeat")
+    fig.legend(handles=handles, loc="outside right center", fontsize=7)  # upper: it would cover the title
+    repeats = (result.get("settings") or {}).get("repeats")
+    per = f"one point per task and repeat ({repeats} repeats of each trace)" if repeats else "one point per task and repeat"
+    return finish(fig, _runs(cells), "Simulator vs real SGLang server on identical traces", per)
 
 
 def _runs(cells: list[Mapping[str, Any]]):

@@ -37,6 +37,28 @@ def test_the_record_written_to_fidelity_json_has_the_code_and_when(tmp_path):
     assert datetime.fromisoformat(code_stamp()["measured"]).tzinfo is not None  # UTC, ISO 8601
 
 
+def test_the_setup_names_the_real_runs_pool_when_the_profile_was_measured_on_another(tmp_path):
+    """`--profile` with `--max-total-tokens`: the real server (and the simulator) ran with the given pool, and
+    the report's setup line says so, not the profile's server's pool."""
+    from topas.fidelity.report import settings_text
+    from topas.fidelity.validate import Setup, record
+
+    (tmp_path / "profile.json").write_text(json.dumps({"meta": {"server": {"kv_pool_tokens": 4096,
+                                                                            "chunked_prefill_size": 4096}}}))
+    cell = {"workload": "w", "token_scale": 0.1, "num_tasks": 2, "arrival_rate": 1.0,
+            "engine": {"kv_pool_tokens": 2240, "max_running_requests": 2048, "chunked_prefill_size": 4096,
+                       "max_prefill_tokens": None}}
+    rec = record(Setup(), [cell], tmp_path / "profile.json", (1.0, 2.0), CODE)
+    assert rec["settings"]["server"]["kv_pool_tokens"] == 2240
+    text = settings_text(rec)
+    assert "KV pool 2240 tokens" in text and "the profile's server had a KV pool of 4096 tokens" in text
+    assert "measured in 1.0 s" in text
+    rec = record(Setup(profile=str(tmp_path / "profile.json")), [], tmp_path / "profile.json", (1.0, 2.0), CODE)
+    text = settings_text(rec)
+    assert "KV pool 4096 tokens" in text and "profile's server had" not in text
+    assert "given, not measured by this run" in text and "measured in" not in text
+
+
 def test_the_fingerprint_covers_the_simulator_and_the_policies_not_analysis_or_drivers():
     modules = fp.code_modules(fidelity_status.FIDELITY_PACKAGES)
     assert {"topas.engines.sim.engine", "topas.engines.latency.factory", "topas.scheduler.score", "baselines.lpm",

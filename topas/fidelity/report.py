@@ -118,6 +118,10 @@ def settings_text(result: Mapping[str, Any]) -> str:
     trip = st.get("request_latency_s") or {}
     cells = result["cells"]
     wl = sorted({(c["workload"], c["token_scale"], c["num_tasks"], c["arrival_rate"]) for c in cells})
+    profiled = st.get("profiled_server", {}).get("kv_pool_tokens")
+    other_pool = (f" (the profile's server had a KV pool of {profiled} tokens)"
+                  if profiled is not None and profiled != srv.get("kv_pool_tokens") else "")
+    measured = "given, not measured by this run" if st.get("profile_given") else f"measured in {st.get('profile_s')} s"
     return "\n".join([
         f"- real server: SGLang {srv.get('sglang_version')} on {st.get('device')} ({st.get('model')}), KV pool "
         f"{srv.get('kv_pool_tokens')} tokens, chunked prefill {srv.get('chunked_prefill_size')}, max prefill tokens "
@@ -126,7 +130,7 @@ def settings_text(result: Mapping[str, Any]) -> str:
         "after one warm-up run that is not recorded)",
         "- workloads: " + "; ".join(f"{w} (token scale {s:g}, {n} tasks, {r:g} tasks/s, seed {st.get('seed')})"
                                     for w, s, n, r in wl),
-        f"- profile: `{st.get('profile')}` (measured in {st.get('profile_s')} s); client path: submit "
+        f"- profile: `{st.get('profile')}` ({measured}){other_pool}; client path: submit "
         f"{1e3 * (trip.get('submit') or 0):.2f} ms + {1e6 * (trip.get('submit_per_token') or 0):.2f} us/token, return "
         f"{1e3 * (trip.get('return') or 0):.2f} ms, dispatch {1e3 * (trip.get('dispatch') or 0):.2f} ms + "
         f"{1e6 * (trip.get('dispatch_per_token') or 0):.2f} us/token; "

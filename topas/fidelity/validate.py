@@ -301,11 +301,14 @@ def record(s: Setup, cells: list[dict[str, Any]], profile: Path, times_s: tuple[
            code: Mapping[str, str]) -> dict[str, Any]:
     """fidelity.json's content: the cells, the settings (`times_s`: profiling, total) and the code measured."""
     prof = json.loads(profile.read_text())
+    profiled = prof.get("meta", {}).get("server", {})
+    # the real runs' server: a given profile may have been measured on a server with another KV pool
+    ran = {k: v for c in cells[:1] for k, v in c.get("engine", {}).items() if v is not None}
     return {
         "cells": cells,
         "settings": {
             "device": s.device, "model": s.model, "repeats": s.repeats, "seed": s.seed, "profile": str(profile),
-            "server": prof.get("meta", {}).get("server", {}),
+            "server": {**profiled, **ran}, "profiled_server": profiled, "profile_given": bool(s.profile),
             "request_latency_s": prof.get("request_latency_s"),
             "prefill_batch_shared_s": prof.get("prefill_batch_shared_s"),
             "profile_s": round(times_s[0], 1), "total_s": round(times_s[1], 1),
