@@ -80,12 +80,17 @@ test-sglang: sglang-cpu
 fidelity: sglang-cpu
 	$(PY) -m topas.fidelity $(ARGS)
 
-## The memory-bound MetaGPT-TL cell on the real CPU server (~16 min): prefixes ~89% of a 2,240-token pool,
-## 24 tasks at 2 task/s, LPM / Parrot-FCFS / TOPAS x 6 repeats -> analysis/results/fidelity/tl_memory/.
+## Where the verdict lives, on the real CPU server (~30 min): the memory-bound MetaGPT-TL cell (prefixes ~89% of a
+## 2,240-token pool, 24 tasks at 2 task/s), LPM / Parrot-FCFS / TOPAS x 6 repeats -> analysis/results/fidelity/tl_memory/;
 fidelity-memory: sglang-cpu
 	$(PY) -m topas.fidelity --workloads metagpt_tl --schedulers lpm,parrot_fcfs,topas --repeats 6 --num-tasks 24 \
 		--rate-scale 2 --max-total-tokens 2240 --profile analysis/results/fidelity/profile.json \
 		--runs runs/fidelity_tl_memory --out analysis/results/fidelity/tl_memory $(ARGS)
+	## and a cell where the simulator shows a tie: DAG-4 (the make fidelity preset), FCFS / Parrot-FCFS / TOPAS x 8
+	## repeats (~13 min) -> analysis/results/fidelity/dag4_tie/
+	$(PY) -m topas.fidelity --workloads dag4 --schedulers fcfs,parrot_fcfs,topas --repeats 8 \
+		--profile analysis/results/fidelity/profile.json --runs runs/fidelity_dag4_tie \
+		--out analysis/results/fidelity/dag4_tie $(ARGS)
 
 .PHONY: sglang-gpu gpu-check
 ## Real SGLang 0.5.23 on a GPU machine (sglang's own CUDA torch; no stand-ins).
