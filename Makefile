@@ -82,12 +82,12 @@ fidelity: sglang-cpu
 
 ## Where the verdict lives, on the real CPU server (~30 min): the memory-bound MetaGPT-TL cell (prefixes ~89% of a
 ## 2,240-token pool, 24 tasks at 2 task/s), LPM / Parrot-FCFS / TOPAS x 6 repeats -> analysis/results/fidelity/tl_memory/;
+## and a cell where the simulator shows a tie: DAG-4 (the make fidelity preset), FCFS / Parrot-FCFS / TOPAS x 8
+## repeats -> analysis/results/fidelity/dag4_tie/.
 fidelity-memory: sglang-cpu
 	$(PY) -m topas.fidelity --workloads metagpt_tl --schedulers lpm,parrot_fcfs,topas --repeats 6 --num-tasks 24 \
 		--rate-scale 2 --max-total-tokens 2240 --profile analysis/results/fidelity/profile.json \
 		--runs runs/fidelity_tl_memory --out analysis/results/fidelity/tl_memory $(ARGS)
-	## and a cell where the simulator shows a tie: DAG-4 (the make fidelity preset), FCFS / Parrot-FCFS / TOPAS x 8
-	## repeats (~13 min) -> analysis/results/fidelity/dag4_tie/
 	$(PY) -m topas.fidelity --workloads dag4 --schedulers fcfs,parrot_fcfs,topas --repeats 8 \
 		--profile analysis/results/fidelity/profile.json --runs runs/fidelity_dag4_tie \
 		--out analysis/results/fidelity/dag4_tie $(ARGS)
