@@ -178,3 +178,23 @@ def test_an_older_tasks_wide_fan_out_goes_before_newer_tasks_entry_calls_when_me
     """With room for the 16 branches and one more call, the branches should still go first (the shape family's
     fan-out loss: started tasks' branches wait behind new tasks' entry calls)."""
     assert _branches_first(14_000)
+
+
+def test_the_fill_takes_older_tasks_first_even_when_a_newer_tasks_agent_is_resident():
+    """The work-conserving fill (calls outside the plan) goes by task age: a newer task's entry call whose agent
+    is in R' does not pass an older task's call of an agent outside R' (docs/decisions/0022: the resident-first
+    fill started new tasks early and made started ones wait)."""
+    from conftest import make_view, req_info
+
+    from topas.scheduler.ordering import admission_list
+    from topas.scheduler.problem import AgentOption, Plan, Problem, ScoreBreakdown
+
+    old = req_info("0:c3", "b", 0, stage="c3", arrival=0.0, ready=5.0)
+    new = req_info("1:c1", "a", 1, stage="c1", arrival=4.0, ready=4.0)
+    agents = {a: AgentOption(a, 1000, False, True, 0.0, 0, 0.1) for a in ("a", "b")}
+    problem = Problem(kv_pool_tokens=30_000, base_tokens=0, agents=agents, request_agent={}, request_task={},
+                      request_tokens={}, task_agents={}, chain=lambda t, e: [], swap_s_per_token=1e-5, max_actions=64)
+    plan = Plan(frozenset({"a"}), [], {}, 1000, ScoreBreakdown())
+    aging = {0: 3.0, 1: 1.5}
+    listed = admission_list(make_view([new, old], now=10.0), problem, plan, aging, consolidate_share=0.65)
+    assert listed == ["0:c3", "1:c1"]

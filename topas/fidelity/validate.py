@@ -303,7 +303,8 @@ def record(s: Setup, cells: list[dict[str, Any]], profile: Path, times_s: tuple[
     prof = json.loads(profile.read_text())
     profiled = prof.get("meta", {}).get("server", {})
     # the real runs' server: a given profile may have been measured on a server with another KV pool
-    ran = {k: v for c in cells[:1] for k, v in c.get("engine", {}).items() if v is not None}
+    engine = cells[0].get("engine", {}) if cells else {}
+    ran = {k: v for k, v in engine.items() if v is not None}
     return {
         "cells": cells,
         "settings": {

@@ -5,8 +5,8 @@ outside R') is grouped by agent, so calls that share a prefix are admitted toget
 and the groups are ranked by the best task they serve, a task being worth its whole conditional progress
 (`task_value`); when the prefixes locked by running calls bind the pool (`prefixes_bind_pool`), by the demand
 they serve instead (`group_demand`: consolidation). The work-conserving fill follows: every other waiting
-call, agents in R' first, then by aging weight and ready time, grouped by agent. The fill never reorders
-the plan's part.
+call by aging weight (oldest task first) and ready time, grouped by agent; an agent in R' gets no place
+ahead of older tasks (docs/decisions/0022). The fill never reorders the plan's part.
 """
 
 from __future__ import annotations
@@ -78,9 +78,9 @@ def admission_list(view: SchedulerView, problem: Problem, plan: Plan, aging: Map
     ranked.update((rid, g) for g, rid in small_prefix_calls(problem, plan.resident, ranked))
     plan_part = sorted(ranked, key=lambda rid: -ranked[rid])
     chosen = set(plan_part) | set(plan.preempt_rids)
-    resident, weight = plan.resident, aging.get
+    weight = aging.get
     fill = [r for r in view.waiting if r.rid not in chosen]
-    fill.sort(key=lambda r: (r.agent not in resident, -weight(r.task_id, 1.0), r.ready_time))
+    fill.sort(key=lambda r: (-weight(r.task_id, 1.0), r.ready_time))
     values = {t: task_value(problem.chain(t, ags)) for t, ags in problem.task_agents.items() if ags}
     task_of = problem.request_task
     value_of = lambda rid: values.get(task_of[rid], 0.0)  # noqa: E731
