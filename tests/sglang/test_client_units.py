@@ -160,3 +160,62 @@ def test_stop_process_group_takes_strays_and_leaves_no_process():
     assert time.monotonic() - t < 5  # SIGTERM ends the leader at once; the stray (own session) is killed
     assert processes_alive(family) == [] and descendants(proc.pid) == []
     proc.stdout.close()
+
+
+# Stands in for `python -m sglang.launch_server`: serves /health once bound; when its port is
+# taken it logs asyncio's bind error as uvicorn does and, like uvicorn under sglang, never exits.
+FAKE_LAUNCHER = """
+import asyncio, sys
+if sys.argv[1] == "-c":  # the importability probe
+    sys.exit(0)
+port = int(sys.argv[sys.argv.index("--port") + 1])
+
+async def health(reader, writer):
+    await reader.readuntil(b"\\r\\n\\r\\n")
+    writer.write(b"HTTP/1.1 200 OK\\r\\nContent-Length: 0\\r\\nConnection: close\\r\\n\\r\\n")
+    await writer.drain()
+    writer.close()
+
+async def main():
+    try:
+        server = await asyncio.start_server(health, "127.0.0.1", port)
+    except OSError as e:
+        print(f"ERROR:    {e}", flush=True)
+        await asyncio.sleep(600)
+        return
+    async with server:
+        await server.serve_forever()
+
+asyncio.run(main())
+"""
+
+
+def test_a_port_taken_before_the_server_binds_it_is_retried_on_another(tmp_path, monkeypatch):
+    import socket
+
+    from topas.engines.sglang.client import server as server_mod
+
+    (tmp_path / "launcher.py").write_text(FAKE_LAUNCHER)
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "launcher.py"} "$@"\n')
+    python.chmod(0o755)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        picks = iter([taken.getsockname()[1], server_mod.free_port()])
+        monkeypatch.setattr(server_mod, "free_port", lambda host: next(picks))
+        cfg = ServerConfig(python=str(python), log_path=tmp_path / "server.log", startup_timeout_s=60)
+        t = time.monotonic()
+        with SGLangServer(cfg) as srv:
+            assert srv.port != taken.getsockname()[1] and srv.healthy()
+        assert time.monotonic() - t < 30  # the first try ends at its bind error, not at the start-up timeout
+        assert server_mod._BIND_ERROR in (tmp_path / "server.log").read_text()
+        cfg.port = taken.getsockname()[1]  # a port the caller chose is not replaced
+        with pytest.raises(server_mod.PortInUse, match=f"could not bind port {cfg.port}"):
+            SGLangServer(cfg).start()
+
+
+def test_free_ports_are_below_the_kernels_ephemeral_range():
+    from topas.engines.sglang.client.server import _ephemeral_low, free_port
+
+    assert all(free_port() < min(22000, _ephemeral_low()) for _ in range(20))

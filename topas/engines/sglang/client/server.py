@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -74,8 +75,37 @@ class ServerStartError(SGLangServerError):
     pass
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+class PortInUse(ServerStartError):
+    """The server could not bind its HTTP port (taken between our pick and its bind)."""
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(host: str = "127.0.0.1", low: int = 15000, high: int = 21999, attempts: int = 64) -> int:
+    """A free port for a server that binds it only seconds later (after loading the model).
+
+    Taken below the kernel's ephemeral range: an ephemeral port (bind to 0) can meanwhile be
+    handed to any outgoing connection, our own health checks included (a connect to a local
+    port with no listener can get that same port as its source and connect to itself); a CI
+    run once lost a server to "address already in use". Below 22000 too, where
+    SGLang picks its own NCCL port with the same reasoning (srt/utils/network.py).
+    """
+    high = min(high, _ephemeral_low() - 1)
+    candidates = random.Random().sample(range(low, high + 1), min(attempts, max(0, high - low + 1)))
+    for port in candidates:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # the range is full: any free port
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
@@ -180,14 +210,19 @@ def check_sglang_importable(python: str = sys.executable) -> None:
         )
 
 
-def _last_line(path: Path) -> str:
+def _tail(path: Path, size: int = 8192, since: int = 0) -> str:
+    """The last `size` bytes of a log, never reaching before byte `since`."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 8192))
-            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+            f.seek(max(since, f.tell() - size))
+            return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def _last_line(path: Path) -> str:
+    lines = [ln.strip() for ln in _tail(path).splitlines() if ln.strip()]
     lines = [ln for ln in lines if not any(n in ln for n in _LOG_NOISE)]
     for ln in reversed(lines):  # a crashed child, as the launcher reports it
         if "crashed with exit code" in ln:
@@ -198,6 +233,7 @@ def _last_line(path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
+_BIND_ERROR = "error while attempting to bind on address"  # uvicorn's words
 # harmless start-up warnings that mention errors (sglang 0.5.23 on the CPU install)
 _LOG_NOISE = ("OpenAI Responses API (/v1/responses) disabled", "UserWarning", "warnings.warn(")
 
@@ -210,6 +246,7 @@ class SGLangServer:
         self.log_path: Path | None = None
         self.startup_s: float | None = None
         self._log_file = None
+        self._log_from = 0
         self._http: httpx.Client | None = None
         self._atexit_registered = False
 
@@ -227,7 +264,6 @@ class SGLangServer:
         model = Path(cfg.model_path)
         if cfg.load_format == "dummy" and not (model / "config.json").is_file():
             raise ServerStartError(f"--load-format dummy needs a config.json in {model}")
-        self.port = cfg.port or free_port(cfg.host)
         if cfg.log_path is None:
             import tempfile
 
@@ -237,7 +273,20 @@ class SGLangServer:
         else:
             self.log_path = Path(cfg.log_path)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        tries = 1 if cfg.port else 3  # a port we picked can still be taken before the server binds it
+        for attempt in range(1, tries + 1):
+            try:
+                return self._start_on(cfg.port or free_port(cfg.host))
+            except PortInUse:
+                if attempt == tries:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_on(self, port: int) -> SGLangServer:
+        cfg = self.config
+        self.port = port
         self._log_file = open(self.log_path, "ab")
+        self._log_from = self._log_file.tell()  # a retry's log follows the failed try's
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
             cfg.command(self.port),
@@ -272,6 +321,11 @@ class SGLangServer:
                 )
             if self.healthy(timeout=2.0):
                 return
+            # uvicorn does not exit when its port is taken: it waits for a shutdown that never comes
+            if _BIND_ERROR in _tail(self.log_path, since=self._log_from):
+                raise PortInUse(
+                    f"sglang server could not bind port {self.port}: address already in use (log: {self.log_path})"
+                )
             if time.monotonic() > deadline:
                 raise ServerStartError(
                     f"sglang server not healthy after {cfg.startup_timeout_s:.0f} s: {_last_line(self.log_path)} "
