@@ -1,6 +1,7 @@
 """The client's HTTP and process handling without sglang: the driver against a fake
 `/generate` server (plain and streamed answers, the in-flight bound, one-line errors), the
-launcher's requests, and stopping a process group with a descendant that left it."""
+launcher's requests, stopping a process group with a descendant that left it, and a start whose
+port is taken before the server binds it (a fake launcher)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from topas.engines.sglang.client.driver import DriverConfig, DriverError, run_tr
 from topas.engines.sglang.client.http_client import ServerRequestError
 from topas.engines.sglang.client.processes import descendants, die_with_parent, processes_alive, stop_process_group
 from topas.engines.sglang.client.server import ServerConfig, SGLangServer
+from topas.engines.sglang.client.server_log import BIND_ERROR
 from topas.workflow import Agent, CallNode, SegmentRef, Task, Trace, Workflow, template_of
 
 
@@ -209,13 +211,13 @@ def test_a_port_taken_before_the_server_binds_it_is_retried_on_another(tmp_path,
         with SGLangServer(cfg) as srv:
             assert srv.port != taken.getsockname()[1] and srv.healthy()
         assert time.monotonic() - t < 30  # the first try ends at its bind error, not at the start-up timeout
-        assert server_mod._BIND_ERROR in (tmp_path / "server.log").read_text()
+        assert BIND_ERROR in (tmp_path / "server.log").read_text()
         cfg.port = taken.getsockname()[1]  # a port the caller chose is not replaced
         with pytest.raises(server_mod.PortInUse, match=f"could not bind port {cfg.port}"):
             SGLangServer(cfg).start()
 
 
 def test_free_ports_are_below_the_kernels_ephemeral_range():
-    from topas.engines.sglang.client.server import _ephemeral_low, free_port
+    from topas.engines.sglang.client.ports import _ephemeral_low, free_port
 
     assert all(free_port() < min(22000, _ephemeral_low()) for _ in range(20))

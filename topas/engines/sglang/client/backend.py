@@ -69,9 +69,9 @@ class SGLangRunError(ValueError):
 def _log_hint(srv, shown: Path | None = None) -> str:
     """The server log's most telling last line, and where the log is kept (`shown`: the run
     folder's copy when the server is a kept one)."""
-    from topas.engines.sglang.client.server import _last_line
+    from topas.engines.sglang.client.server_log import last_line
 
-    last = _last_line(srv.log_path) if srv.log_path else ""
+    last = last_line(srv.log_path) if srv.log_path else ""
     return f"{last + ' ' if last else ''}(log: {shown or srv.log_path})"
 
 

@@ -3,7 +3,8 @@
     with SGLangServer(ServerConfig(policy="fcfs", log_path=run_dir / "server.log")) as srv:
         ...  # requests to srv.base_url
 
-- Bound to 127.0.0.1 on a free port; dummy weights from a local config folder
+- Bound to 127.0.0.1 on a free port (ports.py); if another process takes it before the server binds
+  it, the start is retried at once on another (the server would otherwise hang); dummy weights from a local config folder
   (`--load-format dummy`) unless `load_format="auto"` and a real model path is given.
 - `profile="cpu"`: the flags and environment that run the server on a CPU without a
   GPU (docs/sglang_integration.md): `SGLANG_USE_CPU_ENGINE=1`, `--device cpu
@@ -26,8 +27,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import random
-import socket
 import subprocess
 import sys
 import time
@@ -40,7 +39,9 @@ import httpx
 
 from topas.engines.sglang import plugin_env as _env
 from topas.engines.sglang.client.http_client import request, sync_client
+from topas.engines.sglang.client.ports import free_port
 from topas.engines.sglang.client.processes import descendants, die_with_parent, stop_process_group
+from topas.engines.sglang.client.server_log import BIND_ERROR, last_line, tail
 
 TINY_CPU_MODEL = Path(__file__).resolve().parents[1] / "models" / "tiny_cpu"
 
@@ -77,37 +78,6 @@ class ServerStartError(SGLangServerError):
 
 class PortInUse(ServerStartError):
     """The server could not bind its HTTP port (taken between our pick and its bind)."""
-
-
-def _ephemeral_low() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_port(host: str = "127.0.0.1", low: int = 15000, high: int = 21999, attempts: int = 64) -> int:
-    """A free port for a server that binds it only seconds later (after loading the model).
-
-    Taken below the kernel's ephemeral range: an ephemeral port (bind to 0) can meanwhile be
-    handed to any outgoing connection, our own health checks included (a connect to a local
-    port with no listener can get that same port as its source and connect to itself); a CI
-    run once lost a server to "address already in use". Below 22000 too, where
-    SGLang picks its own NCCL port with the same reasoning (srt/utils/network.py).
-    """
-    high = min(high, _ephemeral_low() - 1)
-    candidates = random.Random().sample(range(low, high + 1), min(attempts, max(0, high - low + 1)))
-    for port in candidates:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # the range is full: any free port
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -210,34 +180,6 @@ def check_sglang_importable(python: str = sys.executable) -> None:
         )
 
 
-def _tail(path: Path, size: int = 8192, since: int = 0) -> str:
-    """The last `size` bytes of a log, never reaching before byte `since`."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(since, f.tell() - size))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _last_line(path: Path) -> str:
-    lines = [ln.strip() for ln in _tail(path).splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not any(n in ln for n in _LOG_NOISE)]
-    for ln in reversed(lines):  # a crashed child, as the launcher reports it
-        if "crashed with exit code" in ln:
-            return ln[:300]
-    for ln in reversed(lines):  # else the exception line of a traceback, or an argparse error
-        if "Error" in ln or "Exception" in ln or "error:" in ln:
-            return ln[:300]
-    return lines[-1][:300] if lines else ""
-
-
-_BIND_ERROR = "error while attempting to bind on address"  # uvicorn's words
-# harmless start-up warnings that mention errors (sglang 0.5.23 on the CPU install)
-_LOG_NOISE = ("OpenAI Responses API (/v1/responses) disabled", "UserWarning", "warnings.warn(")
-
-
 class SGLangServer:
     def __init__(self, config: ServerConfig | None = None) -> None:
         self.config = config or ServerConfig()
@@ -316,19 +258,19 @@ class SGLangServer:
             rc = self.proc.poll()
             if rc is not None:
                 raise ServerStartError(
-                    f"sglang server exited with code {rc} during start-up: {_last_line(self.log_path)} "
+                    f"sglang server exited with code {rc} during start-up: {last_line(self.log_path)} "
                     f"(log: {self.log_path})"
                 )
             if self.healthy(timeout=2.0):
                 return
             # uvicorn does not exit when its port is taken: it waits for a shutdown that never comes
-            if _BIND_ERROR in _tail(self.log_path, since=self._log_from):
+            if BIND_ERROR in tail(self.log_path, since=self._log_from):
                 raise PortInUse(
                     f"sglang server could not bind port {self.port}: address already in use (log: {self.log_path})"
                 )
             if time.monotonic() > deadline:
                 raise ServerStartError(
-                    f"sglang server not healthy after {cfg.startup_timeout_s:.0f} s: {_last_line(self.log_path)} "
+                    f"sglang server not healthy after {cfg.startup_timeout_s:.0f} s: {last_line(self.log_path)} "
                     f"(log: {self.log_path})"
                 )
             time.sleep(0.25)
