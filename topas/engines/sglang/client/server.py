@@ -4,8 +4,8 @@
         ...  # requests to srv.base_url
 
 - Bound to 127.0.0.1 on a free port (ports.py); if another process takes it before the server binds
-  it, the start is retried at once on another (the server would otherwise hang); dummy weights from a local config folder
-  (`--load-format dummy`) unless `load_format="auto"` and a real model path is given.
+  it, the start is retried at once on another (the server would otherwise hang).
+- Dummy weights from a local config folder (`--load-format dummy`) unless `load_format="auto"` and a real model path is given.
 - `profile="cpu"`: the flags and environment that run the server on a CPU without a
   GPU (docs/sglang_integration.md): `SGLANG_USE_CPU_ENGINE=1`, `--device cpu
   --attention-backend torch_native --sampling-backend pytorch --grammar-backend none
@@ -215,14 +215,14 @@ class SGLangServer:
         else:
             self.log_path = Path(cfg.log_path)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        tries = 1 if cfg.port else 3  # a port we picked can still be taken before the server binds it
-        for attempt in range(1, tries + 1):
+        tries_left = 1 if cfg.port else 3  # a port we picked can still be taken before the server binds it
+        while True:
             try:
                 return self._start_on(cfg.port or free_port(cfg.host))
             except PortInUse:
-                if attempt == tries:
+                tries_left -= 1
+                if not tries_left:
                     raise
-        raise AssertionError("unreachable")
 
     def _start_on(self, port: int) -> SGLangServer:
         cfg = self.config
