@@ -6,6 +6,7 @@ task inputs (docs/topas.md, "State and decision").
 - per agent of the active pool (running, waiting, or one hop downstream of a running stage) its
   `AgentOption`: prefix length, whether running calls force it resident, its move-in, its reuse count;
 - the tasks with an overdue call (scored outside R' too);
+- each task's congestion discount and the opening cost's inputs (`congestion_factors`, `opening_inputs`);
 - the preemption candidates with their J_redo and J_revoke (`preemption_candidates`).
 """
 
@@ -17,7 +18,7 @@ from topas.policy import RequestInfo, Residency, SchedulerView
 from topas.scheduler import score as S
 from topas.scheduler.estimates import DecisionEstimates, Estimator
 from topas.scheduler.params import TopasParams
-from topas.scheduler.problem import AgentOption, Candidates, Problem, RunningOption
+from topas.scheduler.problem import AgentOption, Candidates, Head, Problem, RunningOption
 from topas.scheduler.tasks import TaskBook
 
 MIN_SCORED = 8  # tasks always scored per decision (scored_tasks)
@@ -45,6 +46,36 @@ def scored_tasks(view: SchedulerView, waiting_by_task: dict[int, list[RequestInf
     return picked
 
 
+def congestion_factors(view: SchedulerView, e: DecisionEstimates, est: Estimator,
+                       remaining_s: Mapping[int, float]) -> dict[int, float]:
+    """Each task's congestion discount (score.congestion): the remaining work of the older tasks (by arrival)
+    against the call-seconds the pool serves in one W (B / the mean d_r of the running and waiting calls, x W).
+    `remaining_s`: the estimated remaining service of each task the decision reads (running or scored)."""
+    calls = [*view.running, *view.waiting]
+    mean_d = max(sum(map(est.kv, calls)) / max(len(calls), 1), 1.0)
+    capacity = max(view.kv_pool_tokens / mean_d, 1.0) * e.wait_s
+    out, ahead = {}, 0.0
+    for t in sorted(remaining_s, key=lambda t: (view.tasks[t].arrival, t)):
+        out[t] = S.congestion(ahead, capacity)
+        ahead += remaining_s[t]
+    return out
+
+
+def opening_inputs(problem: Problem, scored_waiting: Mapping[int, list[RequestInfo]], e: DecisionEstimates,
+                   est: Estimator) -> tuple[dict[str, float], list[Head]]:
+    """For J_hold: the expected service of each scored call, and each scored task's first call (its chain over
+    all its agents), best gain per token first."""
+    service = {r.rid: est.stage_time(r.agent, r.stage, e.step_s)[0] for rs in scored_waiting.values() for r in rs}
+    heads = []
+    for t, ags in problem.task_agents.items():
+        ch = problem.chain(t, ags) if ags else None
+        if ch:
+            rid, g = ch[0]
+            heads.append(Head(rid, problem.request_agent[rid], problem.request_tokens[rid], g, service[rid]))
+    heads.sort(key=lambda h: -h.gain / max(h.tokens, 1))
+    return service, heads
+
+
 def overdue_tasks(view: SchedulerView, scored: set[int], waiting_by_task, e: DecisionEstimates, est: Estimator,
                   factor: float) -> frozenset[int]:
     """Scored tasks with a call waiting longer than `factor` x max(W, its expected service)."""
@@ -63,7 +94,8 @@ def overdue_tasks(view: SchedulerView, scored: set[int], waiting_by_task, e: Dec
 
 
 def build_problem(view: SchedulerView, e: DecisionEstimates, est: Estimator, p: TopasParams, scored_waiting: Mapping[int, list[RequestInfo]],
-                  reuse_n: dict[str, int], chain, aging: Mapping[int, float], running=None, overdue=frozenset()) -> Problem:
+                  reuse_n: dict[str, int], chain, aging: Mapping[int, float], running=None, overdue=frozenset(),
+                  congestion: Mapping[int, float] | None = None) -> Problem:
     """The search problem over the scored waiting calls (only these can be admitted by the plan)."""
     forced = {r.agent for r in view.running}
     pool = forced | {r.agent for r in view.waiting} | {a for a, n in reuse_n.items() if n > 0}
@@ -94,6 +126,7 @@ def build_problem(view: SchedulerView, e: DecisionEstimates, est: Estimator, p: 
         max_actions=p.K,
         beta=p.beta if p.use_reuse else 0.0,
         task_aging=aging,
+        task_congestion=congestion or {},
         running=running,
         overdue=overdue,
     )

@@ -100,7 +100,7 @@ class TaskDigest:
     its running calls' stages and residual buckets."""
 
     __slots__ = ("sig", "remaining", "active", "waiting", "reuse", "head", "state", "bases", "stage_rids", "forms", "chain_state",
-                 "chains", "victims")
+                 "chains", "victims", "remaining_s")
 
     def __init__(self, sig: tuple, remaining: dict, active: dict, waiting: dict, reuse: tuple[tuple[str, int], ...]) -> None:
         self.sig, self.remaining, self.active, self.waiting, self.reuse = sig, remaining, active, waiting, reuse
@@ -112,3 +112,4 @@ class TaskDigest:
         self.chain_state = None  # the task state `chains` were built for
         self.chains: dict[frozenset[str], tuple] = {}  # eligible -> (chain cache key, chain, [(rid, gain)])
         self.victims: dict[str, tuple[tuple, float]] = {}  # running rid -> (key tail, gain of re-admitting it)
+        self.remaining_s: tuple[tuple, float] | None = None  # ((step, estimates observed), its remaining service)

@@ -18,6 +18,15 @@ from typing import NamedTuple
 Chain = Sequence[tuple[str, float]]  # [(rid, age-weighted marginal gain)] of one task, in admission order
 
 
+class Head(NamedTuple):
+    """A scored task's first call: what the memory an opened prefix takes would otherwise serve (J_hold)."""
+    rid: str
+    agent: str
+    tokens: int
+    gain: float  # its age-weighted gain
+    service_s: float
+
+
 class AgentOption(NamedTuple):  # a tuple: built for every agent at every decision
     name: str
     tokens: int  # l_a
@@ -72,11 +81,14 @@ class Candidates(Sequence):
 
 @dataclass(frozen=True, slots=True)
 class ScoreBreakdown:
-    """Every term of a state's score (seconds). `j_admit` is age-weighted; `aging` is the part of it that
-    aging adds (J_admit less the plain path drops of the admitted calls)."""
+    """Every term of a state's score (seconds). `j_admit` carries each task's weight (aging x congestion);
+    `aging` is the part of it that aging adds (over the plain path drops of the admitted calls) and
+    `congestion` the part the congestion discount takes off (<= 0). `j_hold`: the opening cost."""
 
     j_admit: float = 0.0
     aging: float = 0.0
+    congestion: float = 0.0
+    j_hold: float = 0.0
     j_move: float = 0.0
     v_reuse: float = 0.0
     j_redo: float = 0.0
@@ -85,7 +97,7 @@ class ScoreBreakdown:
 
     @property
     def total(self) -> float:
-        return self.j_admit - self.j_move + self.v_reuse - (self.j_redo + self.j_revoke + self.margin)
+        return self.j_admit - self.j_move + self.v_reuse - (self.j_redo + self.j_revoke + self.margin) - self.j_hold
 
 
 @dataclass
@@ -101,9 +113,13 @@ class Problem:
     swap_s_per_token: float
     max_actions: int  # K
     beta: float = 1.0  # V_reuse weight (0: the term is off)
-    task_aging: Mapping[int, float] = field(default_factory=dict)  # g_i(t) of each scored task (its gains carry it)
+    task_aging: Mapping[int, float] = field(default_factory=dict)  # each scored task's weight: g_i(t) x congestion
+    task_congestion: Mapping[int, float] = field(default_factory=dict)  # its congestion discount (1: none)
     running: Callable[[], Sequence[RunningOption]] | None = None  # preemption candidates, computed on demand
     overdue: frozenset[int] = frozenset()  # tasks with a call waiting well beyond W: scored outside R' too
+    # J_hold's inputs, built on first use (a state that opens no agent needs none): the expected service seconds
+    # of each scored call, and each scored task's first call by gain per token (what opened memory displaces)
+    opening: Callable[[], tuple[Mapping[str, float], Sequence[Head]]] | None = None
     # per decision: tasks grouped by their agents, each group's first calls per R' pattern (pack._heads), the
     # blocked calls whose repair failed, rid -> (gain, smallest memory shortfall seen), and memos of the score
     _victims: Sequence[RunningOption] | None = field(default=None, init=False, repr=False)
@@ -112,12 +128,27 @@ class Problem:
     _repair_fails: dict[str, tuple[float, int]] = field(default_factory=dict, init=False, repr=False)
     _agent_terms: tuple | None = field(default=None, init=False, repr=False)
     _min_tokens: int | None = field(default=None, init=False, repr=False)
+    _agent_waiting: dict[str, int] | None = field(default=None, init=False, repr=False)
+    _opening: tuple | None = field(default=None, init=False, repr=False)
+
+    def opening_inputs(self) -> tuple[Mapping[str, float], Sequence[Head]]:
+        if self._opening is None:
+            self._opening = self.opening() if self.opening is not None else ({}, ())
+        return self._opening
 
     def min_tokens(self) -> int:
         """The smallest d_r of a scored call: a state with less room left admits nothing more."""
         if self._min_tokens is None:
             self._min_tokens = min(self.request_tokens.values(), default=0)
         return self._min_tokens
+
+    def waiting_tokens(self) -> dict[str, int]:
+        """Sum of d_r of the scored waiting calls per agent."""
+        if self._agent_waiting is None:
+            self._agent_waiting = {}
+            for rid, a in self.request_agent.items():
+                self._agent_waiting[a] = self._agent_waiting.get(a, 0) + self.request_tokens[rid]
+        return self._agent_waiting
 
     def forced(self) -> frozenset[str]:
         return frozenset(a for a, o in self.agents.items() if o.forced)

@@ -1,6 +1,6 @@
 """TOPAS's score of a post-decision state, every term in seconds (docs/topas.md, "The score"):
 
-    Score = J_admit - J_move - J_redo - J_revoke - margin + V_reuse
+    Score = J_admit - J_move - J_hold - J_redo - J_revoke - margin + V_reuse
 
 The terms are pure functions; `score_state` is the one place a state's score is computed, with every term
 in a `ScoreBreakdown` (problem.py; aging included: J_admit's age-weighted sum beside the sum of the plain path drops).
@@ -18,6 +18,29 @@ from topas.scheduler.problem import Problem, RunningOption, ScoreBreakdown
 def aging(now: float, arrival: float, rho: float, h_age: float) -> float:
     """g_i(t) = 1 + rho * log(1 + (t - tau_i) / H_age); multiplies the admission term only."""
     return 1.0 + rho * math.log1p(max(now - arrival, 0.0) / h_age)
+
+
+def congestion(ahead_s: float, capacity_s: float) -> float:
+    """The share of a task's admission gain that is real when older tasks' remaining work `ahead_s` (call-
+    seconds) exceeds what the pool serves in one expected wait (`capacity_s`): its later calls queue behind
+    that work whatever is admitted now, so starting it early saves less than W. 1 when nothing binds."""
+    return 1.0 if ahead_s <= capacity_s else capacity_s / ahead_s
+
+
+def j_hold(held_tokens: int, hold_s: float, displaced: Iterable[tuple[int, float, float]]) -> float:
+    """The opening cost of an agent no running call holds: its prefix takes `held_tokens` of the pool for about
+    `hold_s` (its admitted calls' longest service), memory the best waiting calls of other agents would use.
+    `displaced`: those calls (d_r, age-weighted gain, service s), best gain per token first; the cost is the
+    gain they would earn per service period, taken for hold_s. 0 when no other call waits."""
+    left, gain, service, share = held_tokens, 0.0, 0.0, 0.0
+    for tokens, g, s in displaced:
+        if left <= 0:
+            break
+        f = min(tokens, left) / tokens
+        gain, service, share, left = gain + g * f, service + s * f, share + f, left - tokens
+    if share <= 0 or service <= 0:
+        return 0.0
+    return gain * hold_s / (service / share)
 
 
 def j_admit(gains: Iterable[tuple[float, float]]) -> float:
@@ -62,16 +85,48 @@ def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gain
     out_tokens = sum([n for a, n in on_gpu if a not in resident])
     overflow = min(out_tokens, max(mem + out_tokens - p.kv_pool_tokens, 0))
     moves.append((overflow * p.swap_s_per_token, 1))
+    hold = opening_cost(p, admit) if p.opening is not None else 0.0
     redo = revoke = 0.0
     for r in preempt:
         redo += r.redo_s
         revoke += r.revoke()
     margin = sum([r.margin * (r.redo_s + r.revoke()) for r in preempt])
     weighted = sum(gains[rid] for rid in admit)  # gains are already age-weighted
-    weight = p.task_aging.get
+    weight, cong, task = p.task_aging.get, p.task_congestion.get, p.request_task
+    aged = sum(gains[rid] / cong(task[rid], 1.0) for rid in admit)  # without the congestion discount
     return ScoreBreakdown(
-        j_admit=weighted, aging=weighted - sum(gains[rid] / weight(p.request_task[rid], 1.0) for rid in admit),
+        j_admit=weighted, aging=aged - sum(gains[rid] / weight(task[rid], 1.0) for rid in admit),
+        congestion=weighted - aged, j_hold=hold,
         j_move=j_move(moves),
         v_reuse=v_reuse([reuse[a] for a in in_order], p.beta) if p.beta else 0.0,
         j_redo=redo, j_revoke=revoke, margin=margin,
     )
+
+
+def opening_cost(p: Problem, admit: Sequence[str]) -> float:
+    """J_hold of a state: `j_hold` of every agent with admitted calls that no running call forces resident,
+    the memory it takes being what the other agents' waiting calls (not admitted here) would use."""
+    ra, rt = p.request_agent, p.request_tokens
+    by_agent: dict[str, list[str]] = {}
+    for rid in admit:
+        by_agent.setdefault(ra[rid], []).append(rid)
+    opened = [a for a in sorted(by_agent) if not p.agents[a].forced]
+    if not opened:
+        return 0.0
+    service, heads = p.opening_inputs()
+    admitted, waiting = set(admit), p.waiting_tokens()
+    total_waiting = sum(waiting.values())
+    admitted_tokens: dict[str, int] = {}
+    for rid in admit:
+        admitted_tokens[ra[rid]] = admitted_tokens.get(ra[rid], 0) + rt[rid]
+    admitted_total = sum(admitted_tokens.values())
+    total = 0.0
+    for a in opened:
+        others = (total_waiting - waiting.get(a, 0)) - (admitted_total - admitted_tokens[a])
+        held = min(p.agents[a].tokens, others)
+        if held <= 0:
+            continue
+        displaced = ((h.tokens, h.gain, h.service_s) for h in heads  # read only until `held` is filled
+                     if h.agent != a and h.rid not in admitted and h.tokens > 0)
+        total += j_hold(held, max(service.get(rid, 0.0) for rid in by_agent[a]), displaced)
+    return total

@@ -96,6 +96,19 @@ class TaskBook:
         self._digests, self.active, self.remaining = digests, active, rem
         return states, reuse_n
 
+    def remaining_seconds(self, view: SchedulerView, e: DecisionEstimates) -> dict[int, float]:
+        """Estimated remaining service (seconds, calls x their stage's mean) of this decision's running and
+        scored tasks (after `states`)."""
+        stage_time, key, out = self.estimator.stage_time, (e.step_s, self.estimator.est.observed), {}
+        for tid, d in self._digests.items():
+            hit = d.remaining_s
+            if hit is None or hit[0] != key:  # a function of the digest, the step and the estimates
+                agent = self.table(view.templates[view.tasks[tid].template]).agent
+                hit = d.remaining_s = (key, sum([n * stage_time(agent[s], s, e.step_s)[0]
+                                                  for s, n in d.remaining.items() if n > 0]))
+            out[tid] = hit[1]
+        return out
+
     def _digest(self, tpl: WorkflowTemplate, prog, ws: Sequence[RequestInfo], run: Sequence[RequestInfo] | None, sig) -> TaskDigest:
         waiting = stage_counts(ws)
         act = active_counts(waiting, run)

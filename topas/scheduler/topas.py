@@ -2,7 +2,9 @@
 
     estimates      Estimator.begin(view) -> DecisionEstimates (W, decode step, the estimate epoch)   estimates.py
     task inputs    TaskBook.states / chain_fn: path-model states, admission chains, reuse counts     tasks.py
-    problem        build_problem: the scored calls, agent options, KV pool, preemption candidates     build.py
+    weights        aging x congestion discount of each task's gains                                   score.py, build.py
+    problem        build_problem: the scored calls, agent options, KV pool, preemption candidates,
+                   the opening cost's inputs                                                          build.py
     search         candidate states (R', Q') scored by score.score_state, repaired by preemption     search.py, pack.py, repair.py
     order          admission_list: the plan's calls grouped by agent, then the fill                  ordering.py
     pins           safe_pins: prefixes of admitted calls, never holding memory a call needs          pins.py
@@ -15,7 +17,14 @@ from __future__ import annotations
 
 from topas.policy import Decision, Policy, RequestFinished, SchedulerView, register_policy
 from topas.scheduler import score as S
-from topas.scheduler.build import build_problem, overdue_tasks, preemption_candidates, scored_tasks
+from topas.scheduler.build import (
+    build_problem,
+    congestion_factors,
+    opening_inputs,
+    overdue_tasks,
+    preemption_candidates,
+    scored_tasks,
+)
 from topas.scheduler.digest import group_calls
 from topas.scheduler.estimates import Estimator
 from topas.scheduler.ordering import admission_list
@@ -56,13 +65,17 @@ class Topas(Policy):
         waiting_by_task, running_by_task = group_calls(view)
         scored = scored_tasks(view, waiting_by_task, est.kv, self._arrival_key)
         states, reuse_n = self.tasks.states(view, e, waiting_by_task, running_by_task, scored)
-        aging = ({tid: S.aging(view.now, view.tasks[tid].arrival, p.rho, p.h_age) for tid in states} if p.use_aging
-                 else dict.fromkeys(states, 1.0))
+        cong = congestion_factors(view, e, est, self.tasks.remaining_seconds(view, e))
+        aging = {tid: (S.aging(view.now, view.tasks[tid].arrival, p.rho, p.h_age) if p.use_aging else 1.0) * cong[tid]
+                 for tid in states}  # each task's weight on its gains
         chain = self.tasks.chain_fn(view, states, waiting_by_task, aging)
+        scored_waiting = {t: waiting_by_task[t] for t in scored}
         problem = build_problem(
-            view, e, est, p, {t: waiting_by_task[t] for t in scored}, reuse_n, chain, aging,
+            view, e, est, p, scored_waiting, reuse_n, chain, aging,
             running=lambda: preemption_candidates(view, e, est, self.tasks, p, self.credit, waiting_by_task, running_by_task),
-            overdue=overdue_tasks(view, scored, waiting_by_task, e, est, p.overdue_factor))
+            overdue=overdue_tasks(view, scored, waiting_by_task, e, est, p.overdue_factor),
+            congestion={t: cong[t] for t in states})
+        problem.opening = lambda: opening_inputs(problem, scored_waiting, e, est)
         plan = search(problem, p.M)
         for rid in plan.admit:
             self.credit[rid] = plan.gains.get(rid, 0.0) / (e.wait_s * aging.get(problem.request_task[rid], 1.0))

@@ -1,0 +1,65 @@
+"""TOPAS's opening cost (J_hold) and congestion discount (docs/topas.md, "The score"; docs/decisions/0024): the
+pure functions, and the state score's breakdown that carries them."""
+
+from __future__ import annotations
+
+import pytest
+
+from topas.scheduler.problem import AgentOption, Head, Problem
+from topas.scheduler.score import congestion, j_hold, score_state
+
+
+def test_the_congestion_discount_is_one_until_older_work_exceeds_one_wait_of_capacity():
+    assert congestion(0.0, 10.0) == 1.0
+    assert congestion(10.0, 10.0) == 1.0
+    assert congestion(40.0, 10.0) == pytest.approx(0.25)
+
+
+def test_the_opening_cost_is_the_gain_the_displaced_calls_earn_per_service_period_for_the_hold():
+    # 1000 tokens held for 4 s: the first call (500 tokens) is displaced whole, the second (1000) half
+    displaced = [(500, 10.0, 2.0), (1000, 6.0, 2.0)]
+    assert j_hold(1000, 4.0, displaced) == pytest.approx((10.0 + 3.0) * 4.0 / 2.0)
+    assert j_hold(1000, 4.0, []) == 0.0  # nothing else waits: opening costs nothing
+    assert j_hold(200, 4.0, displaced) == pytest.approx(10.0 * 200 / 500 * 4.0 / 2.0)
+
+
+def _problem() -> Problem:
+    # agent a is held by running calls; b is not. Task 0's call needs b; tasks 1 and 2 wait for a.
+    agents = {"a": AgentOption("a", 1000, True, True, 0.0, 0, 0.1), "b": AgentOption("b", 800, False, True, 0.0, 0, 0.1)}
+    p = Problem(kv_pool_tokens=10_000, base_tokens=0, agents=agents,
+                request_agent={"b0": "b", "a1": "a", "a2": "a"}, request_task={"b0": 0, "a1": 1, "a2": 2},
+                request_tokens={"b0": 400, "a1": 500, "a2": 500},
+                task_agents={0: frozenset("b"), 1: frozenset("a"), 2: frozenset("a")},
+                chain=lambda t, e: [], swap_s_per_token=1e-5, max_actions=64,
+                task_aging={0: 1.5, 1: 1.0, 2: 0.5}, task_congestion={0: 1.0, 1: 1.0, 2: 0.5})
+    service = {"b0": 3.0, "a1": 2.0, "a2": 2.0}
+    heads = [Head("a1", "a", 500, 8.0, 2.0), Head("b0", "b", 400, 6.0, 3.0), Head("a2", "a", 500, 4.0, 2.0)]
+    p.opening = lambda: (service, heads)
+    return p
+
+
+def test_a_state_that_opens_an_agent_is_charged_what_its_prefix_displaces():
+    p = _problem()
+    gains = {"b0": 6.0, "a1": 8.0, "a2": 4.0}
+    opened = score_state(p, frozenset("ab"), ["b0"], gains, 1000 + 800 + 400)
+    # b's 800 tokens would serve a1 (500) and 300 of a2's 500: their gain per 2 s service, for b0's 3 s
+    assert opened.j_hold == pytest.approx(j_hold(800, 3.0, [(500, 8.0, 2.0), (500, 4.0, 2.0)]))
+    assert opened.j_hold == pytest.approx((8.0 + 4.0 * 300 / 500) * 3.0 / 2.0)
+    assert opened.total == pytest.approx(opened.j_admit - opened.j_move + opened.v_reuse - opened.j_hold)
+    # the same state with a1 admitted too: only a2 is left to displace
+    both = score_state(p, frozenset("ab"), ["b0", "a1"], gains, 1000 + 800 + 900)
+    assert both.j_hold == pytest.approx(j_hold(500, 3.0, [(500, 4.0, 2.0)]))
+    # an agent that running calls hold is not opened: no cost
+    assert score_state(p, frozenset("a"), ["a1", "a2"], gains, 2000).j_hold == 0.0
+
+
+def test_the_breakdown_splits_j_admit_into_plain_gains_aging_and_the_congestion_discount():
+    p = _problem()
+    # a2's gain 4.0 carries its weight 0.5 = aging 1.0 x congestion 0.5: plain 8.0, aged 8.0, discounted 4.0
+    b = score_state(p, frozenset("a"), ["a2"], {"a2": 4.0}, 1500)
+    assert b.j_admit == pytest.approx(4.0)
+    assert b.aging == pytest.approx(0.0)
+    assert b.congestion == pytest.approx(-4.0)
+    # b0: weight 1.5 = aging 1.5, no discount: plain 4.0
+    b = score_state(p, frozenset("ab"), ["b0"], {"b0": 6.0}, 2200)
+    assert (b.j_admit, b.aging, b.congestion) == pytest.approx((6.0, 2.0, 0.0))
