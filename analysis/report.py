@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import display, fidelity_status, figures, figures_cdf, regime, report_tables, shapes, tables
+from analysis import display, fidelity_status, figures, figures_cdf, provenance, regime, report_tables, shapes, tables
 from analysis.figures_claims import paper_vs_ours
 from analysis.load import ROOT, load_experiment
 from topas.scheduler_sets import baselines
@@ -168,11 +168,19 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
     fidelity = fidelity_status.status(out)  # is fidelity.json the current code's? never silently stale
     if fidelity and not verdicts.empty:  # claims.md was rewritten above
         fidelity_status.add_to_claims(out, fidelity)
+    provenance.record(out, {e: provenance.entry(r) for e, r in runs.items() if not r.empty})
+    made_by = provenance.status(out, EXPERIMENTS)  # which code made each experiment's tables: never silently stale
+    if made_by and not verdicts.empty:
+        with open(out / "claims.md", "a") as f:
+            f.write(provenance.claims_section(made_by))
     figs = {k: figures.save(f, out / f"{k}.png") for k, f in make_figures(runs, verdicts, claims).items()}
     report_tables.failed_table(failed, t)
     print_summary(verdicts)
     if fidelity:
         print(f"Simulator fidelity: {fidelity}")
+    for e, text in made_by.items():
+        if not text.startswith("made on this code"):
+            print(f"{e}: {text}")
     if not failed.empty:
         print(f"{len(failed)} run(s) failed or are missing and are left out: {out / 'failed_runs.md'}")
     print("figures: " + ", ".join(f"{k}.png" for k in figs))
