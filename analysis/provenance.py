@@ -12,8 +12,6 @@ tables are this code's, so a stale table is never silent (as fidelity.json does 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ import pandas as pd
 import yaml
 
 from topas.fingerprint import code_fingerprint, entries, run_fingerprint
+from topas.results import _atomic_write  # the run outputs' writer: temp file, ordinary permissions, cleanup
 
 PROVENANCE_JSON = "provenance.json"
 # every experiment (analysis/report.py's order) and what it writes into a results folder: an experiment whose
@@ -66,11 +65,8 @@ def read(out: Path) -> dict[str, Any]:
 def record(out: Path, made: Mapping[str, dict[str, Any]]) -> None:
     """Record the experiments whose tables were just written (`made`: experiment -> `entry`), keeping the
     others' records; written atomically."""
-    data = {**read(out), **made}
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".provenance-")
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(dict(sorted(data.items())), indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, Path(out) / PROVENANCE_JSON)
+    text = json.dumps({**read(out), **made}, indent=1, sort_keys=True) + "\n"
+    _atomic_write(Path(out) / PROVENANCE_JSON, lambda tmp: Path(tmp).write_text(text))
 
 
 def line(rec: Mapping[str, Any] | None, current: Mapping[str, str]) -> str:
