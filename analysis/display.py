@@ -201,3 +201,9 @@ def write_table(out: Path, name: str, df: pd.DataFrame, title: str, note: str = 
     (out / f"{name}.md").write_text(md)
     if tex is not None:
         (out / f"{name}.tex").write_text(tex)
+
+
+def append_section(out: Path, name: str, text: str) -> None:
+    """Add a section to the end of `name`.md, which this report wrote (claims.md gathers several)."""
+    with open(out / f"{name}.md", "a") as f:
+        f.write(text)

@@ -162,8 +162,7 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
     if not shape_cells.empty:
         written["shapes"] = shapes.cell_table(shape_cells)
         if not verdicts.empty:  # claims.md was written above: its shape-family section follows the regime map's
-            with open(out / "claims.md", "a") as f:
-                f.write(shapes.claims_section(shape_cells, shape_standings))
+            display.append_section(out, "claims", shapes.claims_section(shape_cells, shape_standings))
     written["fidelity"] = report_tables.fidelity_table(out, t)
     fidelity = fidelity_status.status(out)  # is fidelity.json the current code's? never silently stale
     if fidelity and not verdicts.empty:  # claims.md was rewritten above
@@ -171,8 +170,7 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
     provenance.record(out, {e: provenance.entry(r) for e, r in runs.items() if not r.empty})
     made_by = provenance.status(out, EXPERIMENTS)  # which code made each experiment's tables: never silently stale
     if made_by and not verdicts.empty:
-        with open(out / "claims.md", "a") as f:
-            f.write(provenance.claims_section(made_by))
+        display.append_section(out, "claims", provenance.claims_section(made_by))
     figs = {k: figures.save(f, out / f"{k}.png") for k, f in make_figures(runs, verdicts, claims).items()}
     report_tables.failed_table(failed, t)
     print_summary(verdicts)

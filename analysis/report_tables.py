@@ -104,11 +104,10 @@ def claims_table(verdicts: pd.DataFrame, main: pd.DataFrame, regime_runs: pd.Dat
             + CLAIMS_NOTE, display.claims_latex(verdicts, caption, t.tag("claims")))
     c = regime.cells(regime_runs)
     if not c.empty:  # the verdict by regime: where TOPAS wins, ties and loses
-        with open(t.out / "claims.md", "a") as f:
-            f.write("\n## Where TOPAS wins, ties and loses (regime map, mean JCT)\n\n"
-                    "Cells of the regime map (regime.md, regime.png) per workload; win / loss: the 95% CI of the "
-                    "paired change vs the cell's best baseline excludes 0.\n\n"
-                    + display.to_markdown(regime.verdict_summary(c)) + "\n")
+        display.append_section(t.out, "claims", "\n## Where TOPAS wins, ties and loses (regime map, mean JCT)\n\n"
+                               "Cells of the regime map (regime.md, regime.png) per workload; win / loss: the 95% CI of the "
+                               "paired change vs the cell's best baseline excludes 0.\n\n"
+                               + display.to_markdown(regime.verdict_summary(c)) + "\n")
     return shown
 
 
