@@ -63,3 +63,47 @@ def test_the_breakdown_splits_j_admit_into_plain_gains_aging_and_the_congestion_
     # b0: weight 1.5 = aging 1.5, no discount: plain 4.0
     b = score_state(p, frozenset("ab"), ["b0"], {"b0": 6.0}, 2200)
     assert (b.j_admit, b.aging, b.congestion) == pytest.approx((6.0, 2.0, 0.0))
+
+
+def test_a_calls_cached_context_is_worth_its_reload_at_the_weight_of_every_task_read():
+    from topas.scheduler.score import context_value
+
+    assert context_value(0.5, [2.0, 1.0, 1.0]) == pytest.approx(2.0)
+    assert context_value(0.0, [5.0]) == 0.0 and context_value(0.5, []) == 0.0
+
+
+def test_the_breakdown_carries_the_admitted_calls_context_value_inside_j_admit():
+    p = _problem()
+    p.context_s = {"a2": 1.0}
+    # a2's chain gain 5.0 = its weighted path drop 4.0 (weight 0.5 = aging 1.0 x congestion 0.5) + context 1.0
+    b = score_state(p, frozenset("a"), ["a2"], {"a2": 5.0}, 1500)
+    assert (b.j_admit, b.context, b.aging, b.congestion) == pytest.approx((5.0, 1.0, 0.0, -4.0))
+    assert b.total == pytest.approx(5.0 - b.j_move + b.v_reuse)
+
+
+def _context_view(host: bool):
+    """One agent (prefix 1,000 tokens), two one-call tasks of the same age: task 0's call is ready first, task 1's
+    has 4,000 tokens of its prompt beyond the prefix still cached (a conversation's earlier turns)."""
+    import dataclasses
+
+    from conftest import make_view, req_info
+
+    from topas.policy import PrefixState, TaskProgress
+    from topas.workflow import Agent, TemplateStage, WorkflowTemplate
+
+    tpl = WorkflowTemplate("one", {"a": Agent("a", 1000)}, {"A": TemplateStage("A", "a")})
+    waiting = [req_info("0:A", "a", 0, stage="A", prompt=6000, prefix=1000, cached=1000, ready=0.0),
+               req_info("1:A", "a", 1, stage="A", prompt=6000, prefix=1000, cached=5000, ready=5.0)]
+    tasks = {t: TaskProgress(t, "one", 0.0, waiting=(f"{t}:A",)) for t in (0, 1)}
+    prefixes = {"a": PrefixState("a", 1000, 1000, 0, pinned=False, in_use=False)}
+    view = make_view(waiting, tasks=tasks, templates={"one": tpl}, prefixes=prefixes, now=30.0, kv=30_000)
+    return view if host else dataclasses.replace(view, host_capacity_tokens=0)
+
+
+@pytest.mark.parametrize("host", [True, False])
+def test_a_call_whose_context_is_still_cached_goes_first_and_the_switch_turns_it_off(host):
+    from topas.policy import create_policy
+
+    view = _context_view(host)
+    assert create_policy("topas").schedule(view).admit[0] == "1:A"
+    assert create_policy("topas", {"use_context": False}).schedule(view).admit[0] == "0:A"

@@ -7,6 +7,7 @@ task inputs (docs/topas.md, "State and decision").
   `AgentOption`: prefix length, whether running calls force it resident, its move-in, its reuse count;
 - the tasks with an overdue call (scored outside R' too);
 - each task's congestion discount and the opening cost's inputs (`congestion_factors`, `opening_inputs`);
+- each scored call's cached context value (`context_values`);
 - the preemption candidates with their J_redo and J_revoke (`preemption_candidates`).
 """
 
@@ -61,6 +62,22 @@ def congestion_factors(view: SchedulerView, e: DecisionEstimates, est: Estimator
     return out
 
 
+def context_values(view: SchedulerView, scored_waiting: Mapping[int, list[RequestInfo]], est: Estimator,
+                   weights: Mapping[int, float]) -> dict[str, float]:
+    """score.context_value of every scored call with a cached context beyond its agent prefix: its reload is a
+    recompute without a host tier and a transfer with one, valued at the weights of every task the decision reads."""
+    host = view.host_capacity_tokens > 0
+    total = list(weights.values())
+    out = {}
+    for rs in scored_waiting.values():
+        for r in rs:
+            h = r.cached_tokens - r.prefix_tokens
+            if h > 0:
+                reload_s = est.swap_s(view, h) if host else view.costs.prefill_time(h, r.prefix_tokens)
+                out[r.rid] = S.context_value(reload_s, total)
+    return out
+
+
 def opening_inputs(problem: Problem, scored_waiting: Mapping[int, list[RequestInfo]], e: DecisionEstimates,
                    est: Estimator) -> tuple[dict[str, float], list[Head]]:
     """For J_hold: the expected service of each scored call, and each scored task's first call (its chain over
@@ -95,7 +112,7 @@ def overdue_tasks(view: SchedulerView, scored: set[int], waiting_by_task, e: Dec
 
 def build_problem(view: SchedulerView, e: DecisionEstimates, est: Estimator, p: TopasParams, scored_waiting: Mapping[int, list[RequestInfo]],
                   reuse_n: dict[str, int], chain, aging: Mapping[int, float], running=None, overdue=frozenset(),
-                  congestion: Mapping[int, float] | None = None) -> Problem:
+                  congestion: Mapping[int, float] | None = None, context: Mapping[str, float] | None = None) -> Problem:
     """The search problem over the scored waiting calls (only these can be admitted by the plan)."""
     forced = {r.agent for r in view.running}
     pool = forced | {r.agent for r in view.waiting} | {a for a, n in reuse_n.items() if n > 0}
@@ -127,6 +144,7 @@ def build_problem(view: SchedulerView, e: DecisionEstimates, est: Estimator, p: 
         beta=p.beta if p.use_reuse else 0.0,
         task_aging=aging,
         task_congestion=congestion or {},
+        context_s=context or {},
         running=running,
         overdue=overdue,
     )

@@ -82,12 +82,14 @@ class Candidates(Sequence):
 @dataclass(frozen=True, slots=True)
 class ScoreBreakdown:
     """Every term of a state's score (seconds). `j_admit` carries each task's weight (aging x congestion);
-    `aging` is the part of it that aging adds (over the plain path drops of the admitted calls) and
-    `congestion` the part the congestion discount takes off (<= 0). `j_hold`: the opening cost."""
+    `aging` is the part of it that aging adds (over the plain path drops of the admitted calls),
+    `congestion` the part the congestion discount takes off (<= 0) and `context` the part the admitted calls'
+    cached context adds (score.context_value). `j_hold`: the opening cost."""
 
     j_admit: float = 0.0
     aging: float = 0.0
     congestion: float = 0.0
+    context: float = 0.0
     j_hold: float = 0.0
     j_move: float = 0.0
     v_reuse: float = 0.0
@@ -115,6 +117,7 @@ class Problem:
     beta: float = 1.0  # V_reuse weight (0: the term is off)
     task_aging: Mapping[int, float] = field(default_factory=dict)  # each scored task's weight: g_i(t) x congestion
     task_congestion: Mapping[int, float] = field(default_factory=dict)  # its congestion discount (1: none)
+    context_s: Mapping[str, float] = field(default_factory=dict)  # each scored call's context value (in its chain's gains)
     running: Callable[[], Sequence[RunningOption]] | None = None  # preemption candidates, computed on demand
     overdue: frozenset[int] = frozenset()  # tasks with a call waiting well beyond W: scored outside R' too
     # J_hold's inputs, built on first use (a state that opens no agent needs none): the expected service seconds

@@ -2,6 +2,7 @@
 
     Score = J_admit - J_move - J_hold - J_redo - J_revoke - margin + V_reuse
 
+J_admit: the age-weighted path drops of the admitted calls plus the value of their cached context (`context_value`).
 The terms are pure functions; `score_state` is the one place a state's score is computed, with every term
 in a `ScoreBreakdown` (problem.py; aging included: J_admit's age-weighted sum beside the sum of the plain path drops).
 The search, the preemption repair and the tests all call it.
@@ -41,6 +42,14 @@ def j_hold(held_tokens: int, hold_s: float, displaced: Iterable[tuple[int, float
     if share <= 0 or service <= 0:
         return 0.0
     return gain * hold_s / (service / share)
+
+
+def context_value(reload_s: float, weights: Iterable[float]) -> float:
+    """What admitting a waiting call now saves when part of its prompt beyond the agent prefix (its conversation
+    history, upstream outputs) is cached: left waiting, that context may be evicted and reloaded later (`reload_s`:
+    recomputed without a host tier, transferred back with one). The reload occupies the engine, so it delays every
+    task the decision reads: it is valued at the sum of their `weights` (aging x congestion), the unit of J_admit."""
+    return reload_s * sum(weights)
 
 
 def j_admit(gains: Iterable[tuple[float, float]]) -> float:
@@ -91,12 +100,15 @@ def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gain
         redo += r.redo_s
         revoke += r.revoke()
     margin = sum([r.margin * (r.redo_s + r.revoke()) for r in preempt])
-    weighted = sum(gains[rid] for rid in admit)  # gains are already age-weighted
+    ctx = p.context_s.get
+    context = sum([ctx(rid, 0.0) for rid in admit])
+    path = [(rid, gains[rid] - ctx(rid, 0.0)) for rid in admit]  # gains are age-weighted path drops + context
+    weighted = sum([g for _, g in path])
     weight, cong, task = p.task_aging.get, p.task_congestion.get, p.request_task
-    aged = sum(gains[rid] / cong(task[rid], 1.0) for rid in admit)  # without the congestion discount
+    aged = sum([g / cong(task[rid], 1.0) for rid, g in path])  # without the congestion discount
     return ScoreBreakdown(
-        j_admit=weighted, aging=aged - sum(gains[rid] / weight(task[rid], 1.0) for rid in admit),
-        congestion=weighted - aged, j_hold=hold,
+        j_admit=weighted + context, aging=aged - sum([g / weight(task[rid], 1.0) for rid, g in path]),
+        congestion=weighted - aged, context=context, j_hold=hold,
         j_move=j_move(moves),
         v_reuse=v_reuse([reuse[a] for a in in_order], p.beta) if p.beta else 0.0,
         j_redo=redo, j_revoke=revoke, margin=margin,

@@ -163,9 +163,9 @@ class TaskBook:
 
     # ------------------------------------------------------------------ chains
     def chain_fn(self, view: SchedulerView, states: dict[int, TaskState], waiting_by_task: dict[int, list[RequestInfo]],
-                 aging: Mapping[int, float]):
-        """The problem's chain(task, eligible agents): the task's admission chain as (rid, age-weighted gain),
-        memoised for the decision. The unweighted chains are cached across decisions by task state; a task's
+                 aging: Mapping[int, float], context: Mapping[str, float] | None = None):
+        """The problem's chain(task, eligible agents): the task's admission chain as (rid, age-weighted gain plus the
+        call's context value, score.context_value), memoised for the decision. The unweighted chains are cached across decisions by task state; a task's
         digest keeps the last ones it read, with their rids, while that entry lives."""
         memo: dict[tuple[int, frozenset[str]], list[tuple[str, float]]] = {}
         digests = self._digests
@@ -201,7 +201,11 @@ class TaskBook:
                     used[s] = k + 1
                 hit = d.chains[eligible] = (key, ch, mapped)
             w = aging[tid]
-            out = memo[(tid, eligible)] = [(rid, g * w) for rid, g in hit[2]]
+            if context:
+                out = [(rid, g * w + context.get(rid, 0.0)) for rid, g in hit[2]]
+            else:
+                out = [(rid, g * w) for rid, g in hit[2]]
+            memo[(tid, eligible)] = out
             return out
 
         return chain

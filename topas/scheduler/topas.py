@@ -20,6 +20,7 @@ from topas.scheduler import score as S
 from topas.scheduler.build import (
     build_problem,
     congestion_factors,
+    context_values,
     opening_inputs,
     overdue_tasks,
     preemption_candidates,
@@ -68,13 +69,14 @@ class Topas(Policy):
         cong = congestion_factors(view, e, est, self.tasks.remaining_seconds(view, e))
         aging = {tid: (S.aging(view.now, view.tasks[tid].arrival, p.rho, p.h_age) if p.use_aging else 1.0) * cong[tid]
                  for tid in states}  # each task's weight on its gains
-        chain = self.tasks.chain_fn(view, states, waiting_by_task, aging)
         scored_waiting = {t: waiting_by_task[t] for t in scored}
+        context = context_values(view, scored_waiting, est, aging) if p.use_context else {}
+        chain = self.tasks.chain_fn(view, states, waiting_by_task, aging, context)
         problem = build_problem(
             view, e, est, p, scored_waiting, reuse_n, chain, aging,
             running=lambda: preemption_candidates(view, e, est, self.tasks, p, self.credit, waiting_by_task, running_by_task),
             overdue=overdue_tasks(view, scored, waiting_by_task, e, est, p.overdue_factor),
-            congestion={t: cong[t] for t in states})
+            congestion={t: cong[t] for t in states}, context=context)
         problem.opening = lambda: opening_inputs(problem, scored_waiting, e, est)
         plan = search(problem, p.M)
         for rid in plan.admit:
