@@ -167,3 +167,21 @@ def test_shape_cells_pair_each_scheduler_with_the_best_other_and_never_a_referen
     assert s.loc["topas", "wins"] == 1 and s.loc["topas", "losses"] == 1
     assert s.loc["topas", "geomean ratio"] == pytest.approx((0.8 * 1.1) ** 0.5, rel=1e-3)
     assert s.loc["topas", "worst cell"].startswith("e3 at load 1.1: +10.0%")
+
+
+def test_a_design_sample_variant_is_scored_against_the_best_baseline_and_against_topas_on_common_cells():
+    from analysis.design_sample import compare
+
+    base, variant = [], []
+    for seed, noise in enumerate((0.0, 0.5, -0.5)):
+        for w, ld in (("shape_d1", 0.8), ("shape_d8", 1.1)):
+            base += [(w, "topas", ld, seed, 110 + noise), (w, "spf", ld, seed, 100 + noise),
+                     (w, "lpm", ld, seed, 105 + noise), (w, "phase_batch_nolimit", ld, seed, 50 + noise)]
+        variant.append(("shape_d8", "topas", 1.1, seed, 99 + noise))  # a variant run on one cell only
+    standing, wide = compare(_runs(base), {"v": _runs(variant)})
+    s = standing.set_index("scheduler")
+    assert s.loc["topas", "cells"] == s.loc["v", "cells"] == 1  # only the cell both have
+    assert s.loc["topas", "losses"] == 1 and s.loc["v", "wins"] == 1  # vs SPF, never the reference row
+    row = wide.set_index("shape").loc["d8"]
+    assert row["topas / best"] == pytest.approx(1.1, rel=1e-3) and row["v / best"] == pytest.approx(0.99, rel=1e-3)
+    assert row["v vs topas"] == pytest.approx(-0.1, abs=1e-3) and row["v verdict"] == "win"

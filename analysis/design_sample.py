@@ -1,0 +1,126 @@
+"""TOPAS variants on the shape family's design sample, the development loop of docs/protocol.md: develop and
+tune there (tuning seeds from 100), report only on the evaluation sample.
+
+Each variant is a runs folder of TOPAS runs on the design sample; it is scored as the shapes experiment scores
+TOPAS (analysis.shapes: against the best baseline of each (shape, load), paired by seed, wins / ties / losses,
+geometric means), then cell by cell against TOPAS itself (paired by seed: which cells the variant moves).
+
+    python run.py -m +experiment=design_shapes hydra/launcher=local          # baselines and TOPAS, once
+    python run.py -m +experiment=design_shapes scheduler=topas scheduler.params.rho=4 \\
+        experiment_name=design_rho4 hydra/launcher=local                    # a variant
+    python -m analysis.design_sample runs/design_rho4 [runs/design_other ...] [--base runs/design_shapes]
+        [--topas runs/design_today]                                        # TOPAS re-run apart
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import display, shapes, tables
+from analysis.load import ROOT, load_runs
+
+TOPAS = "topas"
+BASE = ROOT / "runs" / "design_shapes"
+
+
+def baselines_of(base: pd.DataFrame) -> list[str]:
+    """The baselines the sample was run with: every scheduler but TOPAS and the reference rows."""
+    return sorted(set(base["scheduler"]) - {TOPAS} - set(shapes.REFERENCE))
+
+
+def variant_cells(base: pd.DataFrame, runs: pd.DataFrame, name: str) -> pd.DataFrame:
+    """shapes.cells of one variant's TOPAS runs against the base sample's baselines, labelled `name`."""
+    bl = baselines_of(base)
+    own = runs[runs["scheduler"] == TOPAS]
+    c = shapes.cells(pd.concat([base[base["scheduler"].isin(bl)], own]), bl, [TOPAS])
+    return c.assign(scheduler=name)
+
+
+def against_topas(base: pd.DataFrame, runs: pd.DataFrame, name: str) -> pd.DataFrame:
+    """Per (shape, load): the variant's paired change of mean JCT against TOPAS, its CI and verdict."""
+    rows = []
+    ours = runs[runs["scheduler"] == TOPAS].assign(scheduler=name)
+    both = pd.concat([base[base["scheduler"] == TOPAS], ours])
+    for (w, load), g in both.groupby(["workload", "load"], sort=False):
+        if name not in set(g["scheduler"]):
+            continue
+        change, ci, n = tables.paired_change(g, w, "jct_mean", name, TOPAS)
+        rows.append({"workload": w, "load": float(load), "vs topas": change, "ci": ci,
+                     "verdict": shapes.verdict(change, ci, n)})
+    return pd.DataFrame(rows)
+
+
+def common_cells(base: pd.DataFrame, variants: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """The runs of the (shape, load) cells every variant has: geometric means over different cells do not compare."""
+    keys = set(zip(base["workload"], base["load"]))
+    for v in variants.values():
+        keys &= set(zip(v["workload"], v["load"]))
+
+    def keep(df: pd.DataFrame) -> pd.DataFrame:
+        return df[[k in keys for k in zip(df["workload"], df["load"])]]
+
+    return keep(base), {n: keep(v) for n, v in variants.items()}
+
+
+def compare(base: pd.DataFrame, variants: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(standings of TOPAS and each variant against the best baseline, per-cell table of their ratios to it and
+    each variant's change against TOPAS)."""
+    bl = baselines_of(base)
+    base, variants = common_cells(base, variants)
+    cells = [shapes.cells(base, bl, [TOPAS])] + [variant_cells(base, v, n) for n, v in variants.items()]
+    allc = pd.concat(cells)
+    standing = shapes.standings(allc)
+    wide = allc.pivot_table(index=["shape", "load"], columns="scheduler", values="ratio")
+    wide = wide[[TOPAS, *variants]].rename(columns=lambda s: f"{s} / best")
+    for n, v in variants.items():
+        vs = against_topas(base, v, n)
+        if vs.empty:
+            continue
+        vs["shape"] = vs["workload"].str.removeprefix("shape_")
+        wide = wide.join(vs.set_index(["shape", "load"])[["vs topas", "verdict"]]
+                         .rename(columns={"vs topas": f"{n} vs topas", "verdict": f"{n} verdict"}))
+    return standing, wide.reset_index()
+
+
+def _display_cells(wide: pd.DataFrame) -> pd.DataFrame:
+    out = wide.copy()
+    for c in out.columns:
+        if c.endswith("/ best"):
+            out[c] = [f"{v:.3f}" if v == v else "n/a" for v in out[c]]
+        elif c.endswith("vs topas"):
+            out[c] = [display.fmt_value(v) for v in out[c]]
+    return out.sort_values(["shape", "load"], key=shapes._natural)
+
+
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="python -m analysis.design_sample", description=__doc__.split("\n\n")[0])
+    ap.add_argument("variants", nargs="*", help="runs folders of TOPAS variants on the design sample")
+    ap.add_argument("--base", default=str(BASE), help="the design sample's runs (baselines and TOPAS)")
+    ap.add_argument("--topas", help="TOPAS's own runs of the sample, made apart (e.g. on today's code), in place of "
+                                     "those under --base")
+    args = ap.parse_args(argv)
+    base = load_runs(args.base)
+    if args.topas:
+        own = load_runs(args.topas)
+        base = pd.concat([base[base["scheduler"] != TOPAS], own[own["scheduler"] == TOPAS]])
+    if base.empty or TOPAS not in set(base["scheduler"]):
+        sys.exit(f"error: no TOPAS runs of the design sample under {args.base} "
+                 "(python run.py -m +experiment=design_shapes hydra/launcher=local)")
+    variants = {}
+    for d in args.variants:
+        runs = load_runs(d)
+        if runs.empty or TOPAS not in set(runs["scheduler"]):
+            sys.exit(f"error: no TOPAS runs under {d}")
+        variants[Path(d).name.removeprefix("design_")] = runs
+    standing, wide = compare(base, variants)
+    print(display.to_markdown(shapes.standings_display(standing)))
+    print()
+    print(display.to_markdown(_display_cells(wide)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
