@@ -92,6 +92,17 @@ fidelity-memory: sglang-cpu
 		--profile analysis/results/fidelity/profile.json --runs runs/fidelity_dag4_tie \
 		--out analysis/results/fidelity/dag4_tie $(ARGS)
 
+.PHONY: regenerate
+## Every committed result after a change to the code runs execute (hours on 2 cores; resumable): the fidelity
+## measurements first (the reports read their status), then the reduced and the full grid (cached runs are kept:
+## after a TOPAS change only TOPAS's runs are made again), then the provenance of both, which fails if any table
+## is still another code's. On a shared machine run it alone: the fidelity runs time a real server.
+regenerate: sglang-cpu
+	$(MAKE) fidelity fidelity-memory
+	$(PY) -m topas.reproduce --grid default
+	$(PY) -m topas.reproduce --grid full
+	$(PY) -m analysis.provenance analysis/results analysis/results/full
+
 .PHONY: sglang-gpu gpu-check
 ## Real SGLang 0.5.23 on a GPU machine (sglang's own CUDA torch; no stand-ins).
 sglang-gpu: $(STAMP)
