@@ -32,9 +32,8 @@ def baselines_of(base: pd.DataFrame) -> list[str]:
     return sorted(set(base["scheduler"]) - {TOPAS} - set(shapes.REFERENCE))
 
 
-def variant_cells(base: pd.DataFrame, runs: pd.DataFrame, name: str) -> pd.DataFrame:
-    """shapes.cells of one variant's TOPAS runs against the base sample's baselines, labelled `name`."""
-    bl = baselines_of(base)
+def variant_cells(base: pd.DataFrame, runs: pd.DataFrame, name: str, bl: list[str]) -> pd.DataFrame:
+    """shapes.cells of one variant's TOPAS runs against the base sample's baselines `bl`, labelled `name`."""
     own = runs[runs["scheduler"] == TOPAS]
     c = shapes.cells(pd.concat([base[base["scheduler"].isin(bl)], own]), bl, [TOPAS])
     return c.assign(scheduler=name)
@@ -71,7 +70,9 @@ def compare(base: pd.DataFrame, variants: dict[str, pd.DataFrame]) -> tuple[pd.D
     each variant's change against TOPAS)."""
     bl = baselines_of(base)
     base, variants = common_cells(base, variants)
-    cells = [shapes.cells(base, bl, [TOPAS])] + [variant_cells(base, v, n) for n, v in variants.items()]
+    if base.empty:
+        raise ValueError("no (shape, load) cell is common to the design sample and every variant")
+    cells = [shapes.cells(base, bl, [TOPAS])] + [variant_cells(base, v, n, bl) for n, v in variants.items()]
     allc = pd.concat(cells)
     standing = shapes.standings(allc)
     wide = allc.pivot_table(index=["shape", "load"], columns="scheduler", values="ratio")
@@ -93,7 +94,7 @@ def _display_cells(wide: pd.DataFrame) -> pd.DataFrame:
             out[c] = [f"{v:.3f}" if v == v else "n/a" for v in out[c]]
         elif c.endswith("vs topas"):
             out[c] = [display.fmt_value(v) for v in out[c]]
-    return out.sort_values(["shape", "load"], key=shapes._natural)
+    return out.sort_values(["shape", "load"], key=shapes.natural_order)
 
 
 def main(argv: list[str]) -> None:
@@ -116,7 +117,10 @@ def main(argv: list[str]) -> None:
         if runs.empty or TOPAS not in set(runs["scheduler"]):
             sys.exit(f"error: no TOPAS runs under {d}")
         variants[Path(d).name.removeprefix("design_")] = runs
-    standing, wide = compare(base, variants)
+    try:
+        standing, wide = compare(base, variants)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
     print(display.to_markdown(shapes.standings_display(standing)))
     print()
     print(display.to_markdown(_display_cells(wide)))

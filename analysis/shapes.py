@@ -104,7 +104,7 @@ def _geomean(x: pd.Series) -> float:
 
 def cell_table(c: pd.DataFrame, x: str = "topas") -> pd.DataFrame:
     """X's cells as people read them (changes in %, CI in percentage points)."""
-    g = c[c["scheduler"] == x].sort_values(["structure", "shape", "load"], key=_natural)
+    g = c[c["scheduler"] == x].sort_values(["structure", "shape", "load"], key=natural_order)
     return pd.DataFrame({
         "shape": g["shape"], "structure": g["structure"], "load": [f"{v:g}" for v in g["load"]],
         "best baseline": [style.label(b) if b else "n/a" for b in g["best"]],
@@ -114,7 +114,7 @@ def cell_table(c: pd.DataFrame, x: str = "topas") -> pd.DataFrame:
     })
 
 
-def _natural(s: pd.Series) -> pd.Series:
+def natural_order(s: pd.Series) -> pd.Series:
     """Shape ids in numeric order (e2 before e10); other columns as they are."""
     if s.name == "shape":
         return s.map(lambda v: int(v[1:]))

@@ -185,3 +185,5 @@ def test_a_design_sample_variant_is_scored_against_the_best_baseline_and_against
     row = wide.set_index("shape").loc["d8"]
     assert row["topas / best"] == pytest.approx(1.1, rel=1e-3) and row["v / best"] == pytest.approx(0.99, rel=1e-3)
     assert row["v vs topas"] == pytest.approx(-0.1, abs=1e-3) and row["v verdict"] == "win"
+    with pytest.raises(ValueError, match="no \\(shape, load\\) cell is common"):
+        compare(_runs(base), {"v": _runs([("shape_d3", "topas", 0.5, 0, 90.0)])})  # a cell the sample lacks
