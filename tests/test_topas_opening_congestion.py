@@ -68,8 +68,8 @@ def test_the_breakdown_splits_j_admit_into_plain_gains_aging_and_the_congestion_
 def test_a_calls_cached_context_is_worth_its_reload_at_the_weight_of_every_task_read():
     from topas.scheduler.score import context_value
 
-    assert context_value(0.5, [2.0, 1.0, 1.0]) == pytest.approx(2.0)
-    assert context_value(0.0, [5.0]) == 0.0 and context_value(0.5, []) == 0.0
+    assert context_value(0.5, sum([2.0, 1.0, 1.0])) == pytest.approx(2.0)
+    assert context_value(0.0, 5.0) == 0.0 and context_value(0.5, 0.0) == 0.0
 
 
 def test_the_breakdown_carries_the_admitted_calls_context_value_inside_j_admit():

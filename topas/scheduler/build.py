@@ -13,7 +13,7 @@ task inputs (docs/topas.md, "State and decision").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from topas.policy import RequestInfo, Residency, SchedulerView
 from topas.scheduler import score as S
@@ -25,38 +25,45 @@ from topas.scheduler.tasks import TaskBook
 MIN_SCORED = 8  # tasks always scored per decision (scored_tasks)
 
 
-def scored_tasks(view: SchedulerView, waiting_by_task: dict[int, list[RequestInfo]], kv, arrival_key: dict) -> set[int]:
+def by_arrival(view: SchedulerView, tids: Iterable[int], arrival_key: dict[int, tuple[float, int]]) -> list[int]:
+    """`tids` oldest first (arrival, then id). `arrival_key`: task -> (arrival, task), kept by the caller across
+    decisions (a task's arrival never changes), so each task's key is built once."""
+    if len(arrival_key) > 100_000:
+        arrival_key.clear()
+    for t in tids:
+        if t not in arrival_key:
+            arrival_key[t] = (view.tasks[t].arrival, t)
+    return sorted(tids, key=arrival_key.__getitem__)
+
+
+def scored_tasks(view: SchedulerView, waiting_by_task: dict[int, list[RequestInfo]], kv: Mapping[str, int],
+                 arrival_key: dict[int, tuple[float, int]]) -> set[int]:
     """Tasks whose waiting requests are scored this decision. Under a long queue, only the oldest tasks (the
     largest aging weights) whose requests could fill the KV pool (at least MIN_SCORED) are scored; admitting
     any later one is impossible this decision, so they wait for the work-conserving fill. Keeps a decision's
-    cost bounded by the pool, not the queue. `arrival_key`: task -> (arrival, task), kept by the caller."""
+    cost bounded by the pool, not the queue. `kv`: d_r by rid; `arrival_key`: as `by_arrival`'s."""
     if len(waiting_by_task) <= MIN_SCORED:
         return set(waiting_by_task)
     picked: set[int] = set()
     need = 0
-    if len(arrival_key) > 100_000:
-        arrival_key.clear()
-    for t in waiting_by_task:
-        if t not in arrival_key:
-            arrival_key[t] = (view.tasks[t].arrival, t)
-    for tid in sorted(waiting_by_task, key=arrival_key.__getitem__):
+    for tid in by_arrival(view, waiting_by_task, arrival_key):
         picked.add(tid)
-        need += min(map(kv, waiting_by_task[tid]))
+        need += min([kv[r.rid] for r in waiting_by_task[tid]])
         if len(picked) >= MIN_SCORED and need > view.kv_pool_tokens:
             break
     return picked
 
 
-def congestion_factors(view: SchedulerView, e: DecisionEstimates, est: Estimator,
-                       remaining_s: Mapping[int, float]) -> dict[int, float]:
+def congestion_factors(view: SchedulerView, e: DecisionEstimates, remaining_s: Mapping[int, float],
+                       arrival_key: dict[int, tuple[float, int]]) -> dict[int, float]:
     """Each task's congestion discount (score.congestion): the remaining work of the older tasks (by arrival)
     against the call-seconds the pool serves in one W (B / the mean d_r of the running and waiting calls, x W).
-    `remaining_s`: the estimated remaining service of each task the decision reads (running or scored)."""
-    calls = [*view.running, *view.waiting]
-    mean_d = max(sum(map(est.kv, calls)) / max(len(calls), 1), 1.0)
+    `remaining_s`: the estimated remaining service of each task the decision reads (running or scored);
+    `arrival_key`: as `by_arrival`'s."""
+    mean_d = max(sum(e.kv.values()) / max(len(e.kv), 1), 1.0)  # e.kv: every running and waiting call
     capacity = max(view.kv_pool_tokens / mean_d, 1.0) * e.wait_s
     out, ahead = {}, 0.0
-    for t in sorted(remaining_s, key=lambda t: (view.tasks[t].arrival, t)):
+    for t in by_arrival(view, remaining_s, arrival_key):
         out[t] = S.congestion(ahead, capacity)
         ahead += remaining_s[t]
     return out
@@ -67,7 +74,7 @@ def context_values(view: SchedulerView, scored_waiting: Mapping[int, list[Reques
     """score.context_value of every scored call with a cached context beyond its agent prefix: its reload is a
     recompute without a host tier and a transfer with one, valued at the weights of every task the decision reads."""
     host = view.host_capacity_tokens > 0
-    total = list(weights.values())
+    total = sum(weights.values())  # the same for every call: summed once
     out = {}
     for rs in scored_waiting.values():
         for r in rs:
@@ -129,10 +136,10 @@ def build_problem(view: SchedulerView, e: DecisionEstimates, est: Estimator, p: 
     request_agent, request_task, request_tokens = {}, {}, {}
     for rs in scored_waiting.values():
         for r in rs:
-            request_agent[r.rid], request_task[r.rid], request_tokens[r.rid] = r.agent, r.task_id, est.kv(r)
+            request_agent[r.rid], request_task[r.rid], request_tokens[r.rid] = r.agent, r.task_id, e.kv[r.rid]
     return Problem(
         kv_pool_tokens=view.kv_pool_tokens,
-        base_tokens=sum(map(est.kv, view.running)),
+        base_tokens=sum([e.kv[r.rid] for r in view.running]),
         agents=agents,
         request_agent=request_agent,
         request_task=request_task,
@@ -161,7 +168,7 @@ def preemption_candidates(view: SchedulerView, e: DecisionEstimates, est: Estima
     redos, kvs, credits, keys = [], [], [], []
     for r in running:
         redo = S.j_redo([r.generated_tokens], e.step_s)
-        kv, c = est.kv(r), credit.get(r.rid, 0.0)
+        kv, c = e.kv[r.rid], credit.get(r.rid, 0.0)
         redos.append(redo)
         kvs.append(kv)
         credits.append(c)

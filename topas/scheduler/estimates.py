@@ -11,7 +11,8 @@ ESTIMATE_EPOCH finished calls), so a cached task state is a pure function of its
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from topas.policy import RequestFinished, RequestInfo, SchedulerView
 from topas.policy.estimates import Prior, ServiceEstimator
@@ -32,6 +33,8 @@ class DecisionEstimates:
     step_s: float  # decode step time at the current batch size
     wait_s: float  # W, two significant digits
     key_tail: tuple[float, float, int]  # (W, coarse step, estimate epoch): what task states are keyed on
+    # d_r (`Estimator.kv`) of every running and waiting call by rid: the decision reads each several times
+    kv: Mapping[str, int] = field(default_factory=dict, compare=False)
 
 
 class Estimator:
@@ -64,7 +67,7 @@ class Estimator:
         tail = self._key_tail(wait_s, step_s)
         if tail[2] != self._epoch:
             self._start_epoch(view.templates, tail[2])
-        return DecisionEstimates(view.now, step_s, wait_s, tail)
+        return DecisionEstimates(view.now, step_s, wait_s, tail, self._kvs(view))
 
     def _reset_memos(self) -> None:
         """Per-decision memos of per-call estimates (the estimates change only between decisions)."""
@@ -140,6 +143,15 @@ class Estimator:
             v = self._kv_memo[key] = int(r.prompt_tokens - r.prefix_tokens
                                          + max(self.est.output_tokens(r.agent, r.stage), r.generated_tokens))
         return v
+
+    def _kvs(self, view: SchedulerView) -> dict[str, int]:
+        """`kv` of every running and waiting call, by rid (after `_reset_memos`)."""
+        memo, kv, out = self._kv_memo, self.kv, {}
+        for rs in (view.running, view.waiting):
+            for r in rs:
+                v = memo.get((r.rid, r.generated_tokens))
+                out[r.rid] = v if v is not None else kv(r)
+        return out
 
     def residual_bucket(self, r: RequestInfo) -> float:
         """A running call's remaining share of its estimated output, in quarters (a coarse cache key)."""

@@ -44,12 +44,12 @@ def j_hold(held_tokens: int, hold_s: float, displaced: Iterable[tuple[int, float
     return gain * hold_s / (service / share)
 
 
-def context_value(reload_s: float, weights: Iterable[float]) -> float:
+def context_value(reload_s: float, weight: float) -> float:
     """What admitting a waiting call now saves when part of its prompt beyond the agent prefix (its conversation
     history, upstream outputs) is cached: left waiting, that context may be evicted and reloaded later (`reload_s`:
     recomputed without a host tier, transferred back with one). The reload occupies the engine, so it delays every
-    task the decision reads: it is valued at the sum of their `weights` (aging x congestion), the unit of J_admit."""
-    return reload_s * sum(weights)
+    task the decision reads: `weight` is the sum of their weights (aging x congestion), the unit of J_admit."""
+    return reload_s * weight
 
 
 def j_admit(gains: Iterable[tuple[float, float]]) -> float:
@@ -100,14 +100,16 @@ def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gain
         redo += r.redo_s
         revoke += r.revoke()
     margin = sum([r.margin * (r.redo_s + r.revoke()) for r in preempt])
-    ctx = p.context_s.get
-    context = sum([ctx(rid, 0.0) for rid in admit])
-    path = [(rid, gains[rid] - ctx(rid, 0.0)) for rid in admit]  # gains are age-weighted path drops + context
-    weighted = sum([g for _, g in path])
-    weight, cong, task = p.task_aging.get, p.task_congestion.get, p.request_task
-    aged = sum([g / cong(task[rid], 1.0) for rid, g in path])  # without the congestion discount
+    ctx, task = p.context_s.get, p.request_task
+    contexts = [ctx(rid, 0.0) for rid in admit]
+    context = sum(contexts)
+    path = [gains[rid] - c for rid, c in zip(admit, contexts)]  # gains are age-weighted path drops + context
+    tasks = [task[rid] for rid in admit]
+    weighted = sum(path)
+    weight, cong = p.task_aging.get, p.task_congestion.get
+    aged = sum([g / cong(t, 1.0) for g, t in zip(path, tasks)])  # without the congestion discount
     return ScoreBreakdown(
-        j_admit=weighted + context, aging=aged - sum([g / weight(task[rid], 1.0) for rid, g in path]),
+        j_admit=weighted + context, aging=aged - sum([g / weight(t, 1.0) for g, t in zip(path, tasks)]),
         congestion=weighted - aged, context=context, j_hold=hold,
         j_move=j_move(moves),
         v_reuse=v_reuse([reuse[a] for a in in_order], p.beta) if p.beta else 0.0,

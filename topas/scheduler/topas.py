@@ -1,6 +1,6 @@
 """TOPAS: workflow-aware prefix-state scheduling, as one decision pipeline (docs/topas.md, "The pipeline"):
 
-    estimates      Estimator.begin(view) -> DecisionEstimates (W, decode step, the estimate epoch)   estimates.py
+    estimates      Estimator.begin(view) -> DecisionEstimates (W, decode step, estimate epoch, d_r)  estimates.py
     task inputs    TaskBook.states / chain_fn: path-model states, admission chains, reuse counts     tasks.py
     weights        aging x congestion discount of each task's gains                                   score.py, build.py
     problem        build_problem: the scored calls, agent options, KV pool, preemption candidates,
@@ -48,7 +48,7 @@ class Topas(Policy):
         # lambda_r of running requests, in units of W x aging (the scale gains are measured in),
         # so a credit revoked later is valued at the current W and aging, like a new admission.
         self.credit: dict[str, float] = {}
-        self._arrival_key: dict[int, tuple[float, int]] = {}  # task -> (arrival, task): the scoring order
+        self._arrival_key: dict[int, tuple[float, int]] = {}  # task -> (arrival, task): build.by_arrival
 
     @property
     def est(self):
@@ -64,9 +64,9 @@ class Topas(Policy):
         p, est = self.params, self.estimator
         e = est.begin(view)
         waiting_by_task, running_by_task = group_calls(view)
-        scored = scored_tasks(view, waiting_by_task, est.kv, self._arrival_key)
+        scored = scored_tasks(view, waiting_by_task, e.kv, self._arrival_key)
         states, reuse_n = self.tasks.states(view, e, waiting_by_task, running_by_task, scored)
-        cong = congestion_factors(view, e, est, self.tasks.remaining_seconds(view, e))
+        cong = congestion_factors(view, e, self.tasks.remaining_seconds(view, e), self._arrival_key)
         aging = {tid: (S.aging(view.now, view.tasks[tid].arrival, p.rho, p.h_age) if p.use_aging else 1.0) * cong[tid]
                  for tid in states}  # each task's weight on its gains
         scored_waiting = {t: waiting_by_task[t] for t in scored}
