@@ -87,9 +87,19 @@ def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gain
     agents = p.agents
     on_gpu, reuse = p.agent_terms()
     in_order = sorted(resident)  # float sums in a fixed order: a set's order follows the string hash seed
+    ctx, weight, cong, agent_of, task_of = p.context_s.get, p.task_aging.get, p.task_congestion.get, p.request_agent, p.request_task
     tasks_of: dict[str, set[int]] = {}  # agent -> tasks of its admitted calls
+    # per admitted call, in admit order (one pass: the sums below read these lists): its context value, its
+    # path drop (gains are age-weighted path drops + context), that drop without the congestion discount, unweighted
+    contexts, path, aged, plain = [], [], [], []
     for rid in admit:
-        tasks_of.setdefault(p.request_agent[rid], set()).add(p.request_task[rid])
+        t, c = task_of[rid], ctx(rid, 0.0)
+        tasks_of.setdefault(agent_of[rid], set()).add(t)
+        g = gains[rid] - c
+        contexts.append(c)
+        path.append(g)
+        aged.append(g / cong(t, 1.0))
+        plain.append(g / weight(t, 1.0))
     moves = [(agents[a].move_in_s, len(tasks_of.get(a, ()))) for a in in_order if not agents[a].on_gpu]
     out_tokens = sum([n for a, n in on_gpu if a not in resident])
     overflow = min(out_tokens, max(mem + out_tokens - p.kv_pool_tokens, 0))
@@ -99,18 +109,11 @@ def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gain
     for r in preempt:
         redo += r.redo_s
         revoke += r.revoke()
-    margin = sum([r.margin * (r.redo_s + r.revoke()) for r in preempt])
-    ctx, task = p.context_s.get, p.request_task
-    contexts = [ctx(rid, 0.0) for rid in admit]
-    context = sum(contexts)
-    path = [gains[rid] - c for rid, c in zip(admit, contexts)]  # gains are age-weighted path drops + context
-    tasks = [task[rid] for rid in admit]
-    weighted = sum(path)
-    weight, cong = p.task_aging.get, p.task_congestion.get
-    aged = sum([g / cong(t, 1.0) for g, t in zip(path, tasks)])  # without the congestion discount
+    margin = sum([r.margin * (r.redo_s + r.revoke()) for r in preempt]) if preempt else 0  # 0: sum([])
+    context, weighted, undiscounted = sum(contexts), sum(path), sum(aged)
     return ScoreBreakdown(
-        j_admit=weighted + context, aging=aged - sum([g / weight(t, 1.0) for g, t in zip(path, tasks)]),
-        congestion=weighted - aged, context=context, j_hold=hold,
+        j_admit=weighted + context, aging=undiscounted - sum(plain),
+        congestion=weighted - undiscounted, context=context, j_hold=hold,
         j_move=j_move(moves),
         v_reuse=v_reuse([reuse[a] for a in in_order], p.beta) if p.beta else 0.0,
         j_redo=redo, j_revoke=revoke, margin=margin,
