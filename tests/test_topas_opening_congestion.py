@@ -107,3 +107,4 @@ def test_a_call_whose_context_is_still_cached_goes_first_and_the_switch_turns_it
     view = _context_view(host)
     assert create_policy("topas").schedule(view).admit[0] == "1:A"
     assert create_policy("topas", {"use_context": False}).schedule(view).admit[0] == "0:A"
+    assert create_policy("topas_no_context").schedule(view).admit[0] == "0:A"  # the ablation is that switch

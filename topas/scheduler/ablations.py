@@ -1,4 +1,5 @@
-"""The paper's ablations of TOPAS: subclasses that switch score components off by default."""
+"""TOPAS's ablations: the paper's (base, no reuse, no aging) and one per score term of our own (no context),
+subclasses that switch a component off by default."""
 
 from __future__ import annotations
 
@@ -30,3 +31,12 @@ class TopasNoAging(Topas):
     @dataclass(frozen=True)
     class Params(TopasParams):
         use_aging: bool = False
+
+
+@register_policy("topas_no_context")
+class TopasNoContext(Topas):
+    """Ablation (ours, not the paper's): no context value in J_admit (docs/decisions/0027)."""
+
+    @dataclass(frozen=True)
+    class Params(TopasParams):
+        use_context: bool = False
