@@ -170,3 +170,24 @@ def test_manifest_lines_from_a_killed_writer_are_ignored(tmp_path):
     df = outcomes([["a=1"], ["a=2"]], m)
     assert list(df["status"]) == ["ok", "missing"]
     assert json.loads(m.read_text().splitlines()[0])["job"] == "a=1"
+
+
+def test_a_job_with_folders_from_several_configs_reads_the_one_it_was_last_launched_into(tmp_path):
+    """No manifest line for the job (a sweep in progress rewrote the manifest): the fallback must not take a
+    stale folder of an older config of the same overrides (seen: a report mixing in runs two configs old).
+    The newest launch is given to the folder the file system lists first, so listing order cannot pass it."""
+    import os
+
+    import yaml
+
+    from topas.sweep import outcomes
+
+    for k in range(4):
+        (tmp_path / "w" / f"seed0-config{k}" / ".hydra").mkdir(parents=True)
+        (tmp_path / "w" / f"seed0-config{k}" / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["a=1"]))
+    listed = list(tmp_path.glob("**/.hydra/overrides.yaml"))
+    for k, f in enumerate(listed):
+        launched = 2_000_000_000 if k == 0 else 1_000_000_000 + k
+        os.utime(f, (launched, launched))
+    df = outcomes([["a=1"]], tmp_path / "sweep_manifest.jsonl")
+    assert df["run_dir"].iloc[0] == str(listed[0].parent.parent)

@@ -142,16 +142,21 @@ def read_manifest(path: str | Path, since: float | None = None) -> pd.DataFrame:
 
 
 def _folders_by_job(root: Path) -> dict[str, Path]:
-    """Run folders under `root` by the job whose overrides Hydra recorded there (.hydra/overrides.yaml)."""
+    """Run folders under `root` by the job whose overrides Hydra recorded there (.hydra/overrides.yaml).
+    A job has several folders when its config changed between sweeps (a new default gives a new folder for
+    the same overrides): the one it was last launched into wins (Hydra rewrites overrides.yaml at every
+    launch), never whichever the file system lists last."""
     import yaml
 
-    found = {}
+    found: dict[str, tuple[int, Path]] = {}
     for f in root.glob("**/.hydra/overrides.yaml"):
         try:
-            found[job_key([str(o) for o in yaml.safe_load(f.read_text()) or []])] = f.parent.parent
+            job, launched = job_key([str(o) for o in yaml.safe_load(f.read_text()) or []]), f.stat().st_mtime_ns
         except (OSError, ValueError, TypeError, yaml.YAMLError):
             continue
-    return found
+        if job not in found or launched > found[job][0]:
+            found[job] = (launched, f.parent.parent)
+    return {job: folder for job, (_, folder) in found.items()}
 
 
 def outcomes(expected: Sequence[Sequence[str]], manifest: str | Path, since: float | None = None) -> pd.DataFrame:
