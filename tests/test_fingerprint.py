@@ -64,3 +64,19 @@ def test_the_code_of_a_run_is_its_engine_its_policy_package_and_what_they_import
     assert "topas.engines.sglang.plugin.hooks" in fp.code_modules(fp.entries("sglang", "fcfs"))
     # a scheduler registered at run time (a test's): every policy package
     assert set(fp.entries("sim", "no_such_policy")) >= {"topas.scheduler", "baselines"}
+
+
+def test_the_files_a_run_reads_count_by_content_and_place_in_the_checkout_not_by_where_the_checkout_is(tmp_path):
+    """A run reading the capacity files (every run that sets workload.load) has one fingerprint in any clone or
+    worktree of the repository: a runs folder made from one checkout is resumed from another."""
+    from topas.run_identity import content_digest
+
+    digests = []
+    for clone in ("a", "b"):
+        f = tmp_path / clone / "topas" / "workloads" / "data" / "capacity.yaml"
+        f.parent.mkdir(parents=True)
+        f.write_text("dag4: 1.0\n")
+        digests.append(content_digest([f], tmp_path / clone))
+    assert digests[0] == digests[1]
+    f.write_text("dag4: 2.0\n")  # the same file edited in place: its runs re-run
+    assert content_digest([f], tmp_path / "b") != digests[1]

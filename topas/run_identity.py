@@ -26,6 +26,7 @@ from typing import Any
 
 from omegaconf import Container, DictConfig, OmegaConf
 
+ROOT = Path(__file__).resolve().parents[1]  # the checkout, as topas/imports.py finds it
 # config keys that say where and how a run is written or shown, not what it computes
 OUTPUT_ONLY_KEYS = frozenset({"hydra", "logger", "progress", "out_dir", "run_subdir", "experiment_name", "sweep_manifest"})
 
@@ -55,15 +56,25 @@ def input_files(config: Mapping[str, Any]) -> list[Path]:
     return files
 
 
-def content_digest(files: list[Path]) -> str:
+def _name(f: Path, root: Path) -> str:
+    """A file of the checkout by its path inside it: the same run in a checkout at another path (a clone, a
+    worktree) has the same fingerprint. A file outside keeps its path (the config names it anyway)."""
+    try:
+        return Path(f).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return str(f)
+
+
+def content_digest(files: list[Path], root: Path = ROOT) -> str:
     """Digest of the files' content (a missing or unreadable file counts as such, not as an error:
     validation reports it)."""
     h = hashlib.sha256()
     for f in files:
+        name = _name(f, root)
         try:
-            h.update(f"{f}\0".encode() + hashlib.sha256(f.read_bytes()).digest())
+            h.update(f"{name}\0".encode() + hashlib.sha256(f.read_bytes()).digest())
         except OSError as e:
-            h.update(f"{f}\0{type(e).__name__}".encode())
+            h.update(f"{name}\0{type(e).__name__}".encode())
     return h.hexdigest()
 
 
