@@ -166,6 +166,10 @@ def load_tasks(run_dir: str | Path) -> pd.DataFrame:
     return _parquet(Path(run_dir) / "tasks.parquet")
 
 
+def load_requests(run_dir: str | Path) -> pd.DataFrame:
+    return _parquet(Path(run_dir) / "requests.parquet")
+
+
 def task_jct(run_dir: str | Path) -> pd.Series:
     """JCT by task id (all tasks, warm-up included)."""
     return load_tasks(run_dir).set_index("task_id")["jct"].astype(float)

@@ -1,0 +1,102 @@
+"""Where one cell's time goes, stage by stage: for each scheduler, the mean wait of each workflow stage's calls
+(first admission - ready), beside the mean JCT and the makespan. It is the table the design records read to
+see which calls a scheduler makes wait (docs/decisions/0022, 0028, 0029); not part of the report.
+
+    python -m analysis.stage_waits runs/design_shapes --workload shape_d6 --load 1.1
+    python -m analysis.stage_waits runs/design_shapes runs/design_myvariant --workload shape_d6 --load 1.1 \\
+        --seed 100 --scheduler topas spf --value miss
+
+`--value miss` shows each stage's uncached agent-prefix tokens per call instead (prefix - prefix hit), and
+`--value service` its mean service seconds. A scheduler met in several folders is labelled by its folder.
+Stages are in the order their calls become ready within a task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import display
+from analysis.load import LoadError, load_requests, load_runs
+
+VALUES = {"wait": "wait_s", "miss": "prefix_miss", "service": "service_s"}
+
+
+def stage_summary(requests: pd.DataFrame) -> pd.DataFrame:
+    """One run's requests -> per stage: its calls, mean wait, service and uncached prefix tokens, and its mean
+    offset from its task's first ready call (the stage order)."""
+    r = requests.assign(
+        wait_s=requests["first_admit"] - requests["ready"],
+        prefix_miss=requests["prefix_tokens"] - requests["prefix_hit_tokens"],
+        offset_s=requests["ready"] - requests.groupby("task_id")["ready"].transform("min"))
+    return r.groupby("stage").agg(calls=("rid", "count"), wait_s=("wait_s", "mean"), service_s=("service_s", "mean"),
+                                  prefix_miss=("prefix_miss", "mean"), offset_s=("offset_s", "mean"))
+
+
+def stage_table(runs: pd.DataFrame, value: str = "wait_s") -> pd.DataFrame:
+    """A row per `label` of `runs` (one scheduler's seeds; a label column, else the scheduler): its mean JCT and
+    makespan over its runs, then `value` per stage, averaged over the runs (seeds) of the label."""
+    runs = runs if "label" in runs else runs.assign(label=runs["scheduler"])
+    per_stage, order = [], []
+    for run in runs.itertuples():
+        s = stage_summary(load_requests(run.run_dir))
+        per_stage.append(s[value].rename(run.label))
+        order.append(s["offset_s"])
+    stages = pd.concat(order, axis=1).mean(axis=1).sort_values(kind="stable").index
+    by_stage = pd.concat(per_stage, axis=1).T.groupby(level=0, sort=False).mean()[list(stages)]
+    head = runs.groupby("label", sort=False).agg(seeds=("seed", "count"), jct_mean=("jct_mean", "mean"),
+                                                   makespan_s=("makespan_s", "mean"))
+    return head.join(by_stage)
+
+
+def select(runs: pd.DataFrame, workload: str, load: float | None, seeds: list[int] | None,
+           schedulers: list[str] | None) -> pd.DataFrame:
+    """The runs of one cell: a workload, a load (None: any), some seeds and schedulers (None: all)."""
+    keep = runs["workload"] == workload
+    if load is not None:
+        keep &= (runs["load"] - load).abs() < 1e-9
+    if seeds:
+        keep &= runs["seed"].isin(seeds)
+    if schedulers:
+        keep &= runs["scheduler"].isin(schedulers)
+    return runs[keep]
+
+
+def label_by_folder(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """The folders' runs together, each labelled by its scheduler, or `scheduler (folder)` where a scheduler
+    appears in more than one folder (a variant of it)."""
+    seen: dict[str, int] = {}
+    for df in frames.values():
+        for s in set(df["scheduler"]):
+            seen[s] = seen.get(s, 0) + 1
+    return pd.concat([df.assign(label=[s if seen[s] == 1 else f"{s} ({name})" for s in df["scheduler"]])
+                      for name, df in frames.items()], ignore_index=True)
+
+
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(prog="python -m analysis.stage_waits", description=__doc__.split("\n\n")[0])
+    ap.add_argument("folders", nargs="+", help="runs folders (every complete run under each is read)")
+    ap.add_argument("--workload", required=True, help="the workload name, e.g. shape_d6 or metagpt_tl")
+    ap.add_argument("--load", type=float, help="the load (x capacity); default: any")
+    ap.add_argument("--seed", type=int, nargs="*", help="seeds to average over; default: all")
+    ap.add_argument("--scheduler", nargs="*", help="schedulers to show; default: all")
+    ap.add_argument("--value", choices=sorted(VALUES), default="wait", help="what each stage column shows")
+    args = ap.parse_args(argv)
+    try:
+        frames = {Path(d).name: select(load_runs(d), args.workload, args.load, args.seed, args.scheduler)
+                  for d in args.folders}
+        frames = {k: v for k, v in frames.items() if len(v)}
+        if not frames:
+            sys.exit(f"error: no complete run of workload {args.workload}"
+                     + (f" at load {args.load:g}" if args.load is not None else "") + " under " + ", ".join(args.folders))
+        table = stage_table(label_by_folder(frames), VALUES[args.value])
+    except LoadError as e:
+        sys.exit(f"error: {e}")
+    print(display.to_markdown(table.round(1).reset_index().rename(columns={"label": "scheduler"})))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

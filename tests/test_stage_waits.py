@@ -1,0 +1,58 @@
+"""analysis/stage_waits.py: one cell's mean wait per workflow stage and scheduler, stages in the order they
+become ready, seeds averaged, a scheduler seen in two folders labelled by folder."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from helpers.small_runs import shared_small_runs
+
+from analysis import stage_waits
+from analysis.load import load_requests, load_runs
+
+
+def _requests(rows):
+    cols = ["rid", "task_id", "stage", "ready", "first_admit", "prefix_tokens", "prefix_hit_tokens", "service_s"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def test_stage_summary_waits_misses_and_order():
+    r = _requests([
+        ("a0", 0, "z_first", 0.0, 1.0, 100, 100, 2.0), ("b0", 0, "a_second", 3.0, 7.0, 100, 40, 4.0),
+        ("a1", 1, "z_first", 10.0, 13.0, 100, 0, 2.0), ("b1", 1, "a_second", 15.0, 17.0, 100, 100, 4.0)])
+    s = stage_waits.stage_summary(r)
+    assert s.loc["z_first", "wait_s"] == 2.0 and s.loc["a_second", "wait_s"] == 3.0
+    assert s.loc["z_first", "prefix_miss"] == 50.0 and s.loc["a_second", "prefix_miss"] == 30.0
+    assert s.loc["z_first", "calls"] == 2
+    # ready 3 and 5 s after the task's first call: the second stage, whatever its name sorts as
+    assert list(s.sort_values("offset_s").index) == ["z_first", "a_second"]
+
+
+@pytest.fixture(scope="module")
+def main_runs(tmp_path_factory):
+    return shared_small_runs(tmp_path_factory) / "main"
+
+
+def test_stage_table_averages_each_schedulers_seeds(main_runs):
+    runs = stage_waits.select(load_runs(main_runs), "dag4", None, None, None)
+    table = stage_waits.stage_table(runs)
+    assert list(table.index) == ["fcfs", "topas"] and set(table["seeds"]) == {2}
+    topas = runs[runs["scheduler"] == "topas"]
+    per_run = [stage_waits.stage_summary(load_requests(d))["wait_s"] for d in topas["run_dir"]]
+    expected = pd.concat(per_run, axis=1).mean(axis=1)
+    stages = [c for c in table.columns if c not in ("seeds", "jct_mean", "makespan_s")]
+    assert sorted(stages) == sorted(expected.index)
+    assert table.loc["topas", stages].to_numpy() == pytest.approx(expected[stages].to_numpy())
+    assert table.loc["topas", "jct_mean"] == pytest.approx(topas["jct_mean"].mean())
+
+
+def test_a_scheduler_in_two_folders_is_labelled_by_folder(main_runs):
+    runs = load_runs(main_runs)
+    both = stage_waits.label_by_folder({"base": runs[runs["scheduler"].isin(["fcfs", "topas"])],
+                                        "design_v": runs[runs["scheduler"] == "topas"]})
+    assert set(both["label"]) == {"fcfs", "topas (base)", "topas (design_v)"}
+
+
+def test_a_cell_with_no_run_is_one_error_line(main_runs, capsys):
+    with pytest.raises(SystemExit, match="error: no complete run of workload shape_x at load 1.1"):
+        stage_waits.main([str(main_runs), "--workload", "shape_x", "--load", "1.1"])
