@@ -23,6 +23,7 @@ import pandas as pd
 import yaml
 from scipy import stats
 
+from analysis.load import load_requests
 from topas.scheduler_sets import baselines
 
 CLAIMS = Path(__file__).resolve().parent / "paper_claims.yaml"
@@ -162,7 +163,7 @@ def time_breakdown(df: pd.DataFrame, schedulers: list[str]) -> pd.DataFrame:
     first admission) and the service time (first admission -> finish)."""
     rows = []
     for r in df[df["scheduler"].isin(schedulers)].itertuples():
-        req = pd.read_parquet(Path(r.run_dir) / "requests.parquet")
+        req = load_requests(r.run_dir)
         rows.append({
             "workload": r.workload, "scheduler": r.scheduler, "seed": r.seed, "jct_mean": r.jct_mean,
             "jct_over_bound_mean": getattr(r, "jct_over_bound_mean", np.nan),
