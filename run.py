@@ -26,6 +26,7 @@ import hydra
 from omegaconf import DictConfig
 
 import topas.config  # noqa: F401  (registers the resolvers used in conf/config.yaml)
+import topas.scheduler_sets  # noqa: F401  (`scheduler_set` of conf/experiment/*.yaml: sweep data, no run's code)
 from topas.errors import one_line
 
 log = logging.getLogger("topas")

@@ -42,6 +42,7 @@ def _edit(root: Path, rel: str) -> None:
     ("docs/topas.md", set()),
     ("topas/reproduce.py", set()),  # a driver
     ("topas/sweep.py", set()),
+    ("topas/scheduler_sets.py", set()),  # sweep data: a scheduler added to a set re-runs no run
     ("topas/scheduler/search.py", {"sim/topas", "sim/topas_base", "sglang/topas"}),
     ("baselines/fcfs.py", {"sim/fcfs", "sim/parrot_fcfs", "sglang/lpm"}),  # the baselines' package
     ("topas/engines/sim/radix.py", {"sim/topas", "sim/topas_base", "sim/fcfs", "sim/parrot_fcfs"}),

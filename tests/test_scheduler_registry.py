@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from topas.policy import builtin_policy_names, create_policy, is_ablation
+from topas.policy import builtin_policy_names, create_policy
+from topas.scheduler_sets import is_ablation
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEDULER_CONF = ROOT / "conf" / "scheduler"

@@ -21,7 +21,6 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 import topas.run_identity  # noqa: F401  (registers the resolvers of conf/config.yaml)
-import topas.scheduler_sets  # noqa: F401  (registers `scheduler_set`, the resolver of conf/experiment/*.yaml)
 from topas.checks import integral, number
 
 

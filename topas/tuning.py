@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from topas.scheduler_sets import REFERENCES
+from topas.scheduler_sets import REFERENCES, is_ablation
 
 WORKLOADS = ("chain3", "dag4", "dag10_wide")
 SEEDS = (100, 101)
@@ -65,7 +65,7 @@ NOT_TUNED = {name: "a labelled reference row (topas/scheduler_sets.py REFERENCES
 
 def tuned_schedulers() -> dict[str, list[dict[str, Any]]]:
     """Every registered scheduler but the ablation variants and NOT_TUNED, with its grid."""
-    from topas.policy import builtin_policy_names, is_ablation
+    from topas.policy import builtin_policy_names
 
     unknown = sorted(set(PARAM_GRIDS) - set(builtin_policy_names()))
     if unknown:

@@ -11,7 +11,6 @@ from topas.policy.registry import (
     UnknownPolicyError,
     builtin_policy_names,
     create_policy,
-    is_ablation,
     policy_names,
     register_policy,
 )
@@ -34,7 +33,6 @@ __all__ = [
     "builtin_policy_names",
     "check_ranges",
     "create_policy",
-    "is_ablation",
     "policy_names",
     "register_policy",
 ]

@@ -20,7 +20,6 @@ from topas.checks import RangeError, integral, is_number
 from topas.policy.decision import Decision
 from topas.policy.events import Event
 from topas.policy.view import SchedulerView
-from topas.scheduler_sets import is_ablation  # noqa: F401 - re-exported (topas.policy.is_ablation)
 
 
 class UnknownPolicyError(ValueError):
