@@ -92,10 +92,9 @@ class Topas(Policy):
                 switch = phase_switch(problem, plan, excluded, *switch_inputs(view, e, est, p, aging, cong))
         admit = admission_list(view, problem, plan, aging, p.consolidate_share, switch)
         expected = {r.rid: est.output_tokens(r.agent, r.stage) for r in view.running}
-        if switch is not None:  # the engine drains the pool for the batch: no pin may hold the phase's prefixes
-            listed = [rid for rid in switch.rids if rid in problem.request_agent]
-            return Decision(admit=tuple(admit), pin=safe_pins(view, problem, listed, [], [switch.agent], expected),
-                            stop_at_first_misfit=True)
+        if switch is not None:  # the engine drains the pool for the batch: a pin would hold memory the running
+            # calls may still need (an idle prefix pinned through a drain stalled the engine, docs/decisions/0030)
+            return Decision(admit=tuple(admit), pin=frozenset(), stop_at_first_misfit=True)
         used = sorted({problem.request_agent[rid] for rid in plan.admit})
         pin = safe_pins(view, problem, plan.admit, [rid for _, rid in plan.blocked], used, expected)
         return Decision(admit=tuple(admit), pin=pin, preempt=tuple(plan.preempt_rids), stop_at_first_misfit=True)
