@@ -25,7 +25,7 @@ SCHEDULER_LABELS = {
     "topas": "TOPAS", "kvflow": "KVFlow", "dfs_weight": "DFS-weight", "continuum_ttl": "Continuum (TTL)",
     "phase_batch": "phase batching", "phase_batch_nolimit": "phase batching (no limit)", "topas_base": "TOPAS-base",
     "topas_no_aging": "TOPAS w/o aging", "topas_no_reuse": "TOPAS w/o reuse",
-    "topas_no_context": "TOPAS w/o context", "topas_no_switch": "TOPAS w/o phase switch",
+    "topas_no_context": "TOPAS w/o context",
 }
 WORKLOAD_LABELS = {
     "chain3": "Chain-3", "dag4": "DAG-4", "dag10_wide": "DAG-10 (wide)", "metagpt_sop": "MetaGPT-SOP",

@@ -1,4 +1,4 @@
-"""TOPAS's ablations: the paper's (base, no reuse, no aging) and one per component of our own (no context, no phase switch),
+"""TOPAS's ablations: the paper's (base, no reuse, no aging) and one per score term of our own (no context),
 subclasses that switch a component off by default."""
 
 from __future__ import annotations
@@ -40,12 +40,3 @@ class TopasNoContext(Topas):
     @dataclass(frozen=True)
     class Params(TopasParams):
         use_context: bool = False
-
-
-@register_policy("topas_no_switch")
-class TopasNoSwitch(Topas):
-    """Ablation (ours): no phase switch to an agent the chosen state excludes (docs/decisions/0030)."""
-
-    @dataclass(frozen=True)
-    class Params(TopasParams):
-        use_switch: bool = False

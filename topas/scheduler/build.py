@@ -8,9 +8,7 @@ task inputs (docs/topas.md, "State and decision").
 - the tasks with an overdue call (scored outside R' too);
 - each task's congestion discount and the opening cost's inputs (`congestion_factors`, `opening_inputs`);
 - each scored call's cached context value (`context_values`);
-- the preemption candidates with their J_redo and J_revoke (`preemption_candidates`);
-- for the phase switch: each agent's smallest waiting call (`min_waiting_kv`), and, when an agent is excluded,
-  every waiting call by agent and the running calls' residuals (`switch_inputs`).
+- the preemption candidates with their J_redo and J_revoke (`preemption_candidates`).
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from topas.scheduler import score as S
 from topas.scheduler.estimates import DecisionEstimates, Estimator
 from topas.scheduler.params import TopasParams
 from topas.scheduler.problem import AgentOption, Candidates, Head, Problem, RunningOption
-from topas.scheduler.switching import QueuedCall, RunningCall
 from topas.scheduler.tasks import TaskBook
 
 MIN_SCORED = 8  # tasks always scored per decision (scored_tasks)
@@ -190,39 +187,3 @@ def preemption_candidates(view: SchedulerView, e: DecisionEstimates, est: Estima
         return RunningOption(r.rid, r.task_id, kvs[i], redo, revoke, p.preempt_margin, order_key=keys[i], lower_s=lower)
 
     return Candidates(keys, build)
-
-
-def min_waiting_kv(view: SchedulerView, e: DecisionEstimates) -> dict[str, int]:
-    """The smallest d_r of the waiting calls of each agent (what the phase switch's exclusion test reads)."""
-    out: dict[str, int] = {}
-    kv = e.kv
-    for r in view.waiting:
-        d = kv[r.rid]
-        if d < out.get(r.agent, d + 1):
-            out[r.agent] = d
-    return out
-
-
-def switch_inputs(view: SchedulerView, e: DecisionEstimates, est: Estimator, p: TopasParams, weights: Mapping[int, float],
-                  cong: Mapping[int, float]) -> tuple[dict[str, list[QueuedCall]], list[RunningCall], float]:
-    """The phase switch's inputs (switching.py): every waiting call by agent, the running calls' expected residuals
-    and the summed weight of the tasks in the system. A task's weight is its aging x congestion discount; a task the
-    decision does not score is newer than every scored one, so it takes the smallest discount of theirs."""
-    low = min(cong.values(), default=1.0)
-    weight: dict[int, float] = {}
-    for r in (*view.running, *view.waiting):
-        t = r.task_id
-        if t not in weight:
-            weight[t] = weights[t] if t in weights else (
-                S.aging(view.now, r.task_arrival, p.rho, p.h_age) if p.use_aging else 1.0) * low
-    per_agent: dict[tuple[int, str], int] = {}
-    for r in view.waiting:
-        per_agent[r.task_id, r.agent] = per_agent.get((r.task_id, r.agent), 0) + 1
-    queues: dict[str, list[QueuedCall]] = {}
-    for r in view.waiting:
-        queues.setdefault(r.agent, []).append(QueuedCall(
-            r.rid, weight[r.task_id] / per_agent[r.task_id, r.agent], e.kv[r.rid],
-            est.stage_time(r.agent, r.stage, e.step_s)[0]))
-    running = [RunningCall(est.stage_time(r.agent, r.stage, e.step_s)[0] * est.residual_bucket(r), r.agent, e.kv[r.rid])
-               for r in view.running]
-    return queues, running, sum(weight.values())

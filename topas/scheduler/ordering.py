@@ -6,8 +6,7 @@ and the groups are ranked by the best task they serve, a task being worth its wh
 (`task_value`); when the prefixes locked by running calls bind the pool (`prefixes_bind_pool`), by the demand
 they serve instead (`group_demand`: consolidation). The work-conserving fill follows: every other waiting
 call by aging weight (oldest task first) and ready time, grouped by agent; an agent in R' gets no place
-ahead of older tasks (docs/decisions/0022). The fill never reorders the plan's part. A phase switch's batch
-(switching.py) heads the list: the engine stops at its first call until the pool has drained for it.
+ahead of older tasks (docs/decisions/0022). The fill never reorders the plan's part.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from typing import Any
 
 from topas.policy import SchedulerView
 from topas.scheduler.problem import Plan, Problem
-from topas.scheduler.switching import PhaseSwitch
 
 
 def group_by_agent(rids: Sequence[str], agent_of: Mapping[str, str],
@@ -73,9 +71,8 @@ def small_prefix_calls(p: Problem, resident: frozenset[str], listed: Mapping[str
 
 
 def admission_list(view: SchedulerView, problem: Problem, plan: Plan, aging: Mapping[int, float],
-                   consolidate_share: float, switch: PhaseSwitch | None = None) -> list[str]:
-    """The decision's admission list for the chosen plan (see the module docstring); a phase switch's batch
-    heads it."""
+                   consolidate_share: float) -> list[str]:
+    """The decision's admission list for the chosen plan (see the module docstring)."""
     ranked = {rid: g for g, rid in plan.blocked}  # blocked calls keep their place by gain: the engine waits for them
     ranked.update(plan.gains)
     ranked.update((rid, g) for g, rid in small_prefix_calls(problem, plan.resident, ranked))
@@ -92,9 +89,5 @@ def admission_list(view: SchedulerView, problem: Problem, plan: Plan, aging: Map
         rank = lambda group: group_demand(group, value_of)  # noqa: E731
     else:
         rank = lambda group: max(value_of(rid) for rid in group)  # noqa: E731
-    out = (group_by_agent(plan_part, problem.request_agent, rank)
-           + group_by_agent([r.rid for r in fill], {r.rid: r.agent for r in fill}))
-    if switch is None:
-        return out
-    head = set(switch.rids)
-    return switch.rids + [rid for rid in out if rid not in head]
+    return (group_by_agent(plan_part, problem.request_agent, rank)
+            + group_by_agent([r.rid for r in fill], {r.rid: r.agent for r in fill}))

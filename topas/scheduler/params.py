@@ -18,7 +18,6 @@ class TopasParams:
     use_aging: bool = True  # ablation switch (topas_no_aging, topas_base)
     use_reuse: bool = True  # ablation switch (topas_no_reuse, topas_base)
     use_context: bool = True  # ablation switch (topas_no_context): J_admit's context term (a call's cached context at risk)
-    use_switch: bool = True  # ablation switch (topas_no_switch): the phase switch to an agent the chosen state excludes
     tie_temperature: float = 0.25  # smooth-max temperature as a fraction of W
     wait_ewma: float = 0.2  # smoothing of the observed queueing delay W
     prior_output_tokens: float = PRIOR_OUTPUT_TOKENS  # workload-independent prior (docs/policy_contract.md)

@@ -6,7 +6,6 @@
     problem        build_problem: the scored calls, agent options, KV pool, preemption candidates,
                    the opening cost's inputs                                                          build.py
     search         candidate states (R', Q') scored by score.score_state, repaired by preemption     search.py, pack.py, repair.py
-    phase switch   a batch of an agent the chosen state excludes, when ending its phase pays          switching.py
     order          admission_list: the plan's calls grouped by agent, then the fill                  ordering.py
     pins           safe_pins: prefixes of admitted calls, never holding memory a call needs          pins.py
 
@@ -22,12 +21,10 @@ from topas.scheduler.build import (
     build_problem,
     congestion_factors,
     context_values,
-    min_waiting_kv,
     opening_inputs,
     overdue_tasks,
     preemption_candidates,
     scored_tasks,
-    switch_inputs,
 )
 from topas.scheduler.digest import group_calls
 from topas.scheduler.estimates import Estimator
@@ -35,7 +32,6 @@ from topas.scheduler.ordering import admission_list
 from topas.scheduler.params import TopasParams
 from topas.scheduler.pins import safe_pins
 from topas.scheduler.search import search
-from topas.scheduler.switching import excluded_agents, phase_switch
 from topas.scheduler.tasks import TaskBook
 
 
@@ -85,16 +81,8 @@ class Topas(Policy):
         plan = search(problem, p.M)
         for rid in plan.admit:
             self.credit[rid] = plan.gains.get(rid, 0.0) / (e.wait_s * aging.get(problem.request_task[rid], 1.0))
-        switch = None
-        if p.use_switch:  # the switch's inputs read every waiting call: built only when an agent is excluded
-            excluded = excluded_agents(problem, plan, min_waiting_kv(view, e))
-            if excluded:
-                switch = phase_switch(problem, plan, excluded, *switch_inputs(view, e, est, p, aging, cong))
-        admit = admission_list(view, problem, plan, aging, p.consolidate_share, switch)
-        expected = {r.rid: est.output_tokens(r.agent, r.stage) for r in view.running}
-        if switch is not None:  # the engine drains the pool for the batch: a pin would hold memory the running
-            # calls may still need (an idle prefix pinned through a drain stalled the engine, docs/decisions/0030)
-            return Decision(admit=tuple(admit), pin=frozenset(), stop_at_first_misfit=True)
+        admit = admission_list(view, problem, plan, aging, p.consolidate_share)
         used = sorted({problem.request_agent[rid] for rid in plan.admit})
+        expected = {r.rid: est.output_tokens(r.agent, r.stage) for r in view.running}
         pin = safe_pins(view, problem, plan.admit, [rid for _, rid in plan.blocked], used, expected)
         return Decision(admit=tuple(admit), pin=pin, preempt=tuple(plan.preempt_rids), stop_at_first_misfit=True)
