@@ -26,6 +26,7 @@ SCHEDULER_LABELS = {
     "phase_batch": "phase batching", "phase_batch_nolimit": "phase batching (no limit)", "topas_base": "TOPAS-base",
     "topas_no_aging": "TOPAS w/o aging", "topas_no_reuse": "TOPAS w/o reuse",
     "topas_no_context": "TOPAS w/o context",
+    "topas_no_remaining_work": "TOPAS w/o remaining work",
 }
 WORKLOAD_LABELS = {
     "chain3": "Chain-3", "dag4": "DAG-4", "dag10_wide": "DAG-10 (wide)", "metagpt_sop": "MetaGPT-SOP",

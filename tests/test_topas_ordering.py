@@ -31,7 +31,8 @@ def test_a_fan_out_is_valued_by_its_whole_progress_not_its_first_branchs_margina
 
 def _fan_out_view():
     """An older task (arrived at 0) waits on two tied branches of different agents (l, r); a newer task
-    (arrived at 1) waits on its only call (agent s). The pool holds everything."""
+    (arrived at 1) waits on the first of its two chained calls (agent s), so both have two calls of work left
+    (the remaining-work factor weighs them alike). The pool holds everything."""
     from conftest import make_view, req_info
 
     from topas.policy import PrefixState, TaskProgress
@@ -39,10 +40,10 @@ def _fan_out_view():
 
     agents = {a: Agent(a, 500) for a in ("l", "r", "s")}
     templates = {"pair": WorkflowTemplate("pair", agents, {"L": TemplateStage("L", "l"), "R": TemplateStage("R", "r")}),
-                 "one": WorkflowTemplate("one", agents, {"x": TemplateStage("x", "s")})}
+                 "two": WorkflowTemplate("two", agents, {"x": TemplateStage("x", "s"), "y": TemplateStage("y", "s", ("x",))})}
     old = [req_info("1:L", "l", 1, stage="L", arrival=0.0, ready=0.5), req_info("1:R", "r", 1, stage="R", arrival=0.0, ready=0.5)]
     new = req_info("0:x", "s", 0, stage="x", arrival=1.0, ready=1.0)
-    tasks = {1: TaskProgress(1, "pair", 0.0, waiting=("1:L", "1:R")), 0: TaskProgress(0, "one", 1.0, waiting=("0:x",))}
+    tasks = {1: TaskProgress(1, "pair", 0.0, waiting=("1:L", "1:R")), 0: TaskProgress(0, "two", 1.0, waiting=("0:x",))}
     prefixes = {a: PrefixState(a, 500, 500, 0, pinned=False, in_use=False) for a in agents}
     return make_view([new, *old], tasks=tasks, templates=templates, prefixes=prefixes, now=1.0, kv=30000)
 

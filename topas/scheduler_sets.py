@@ -25,7 +25,7 @@ SETS: dict[str, tuple[str, ...]] = {
     "paper": (*PAPER_BASELINES, TOPAS),
     "full": (*PAPER_BASELINES, TOPAS, "kvflow", "dfs_weight", "continuum_ttl", "phase_batch", *REFERENCES),
     "regime": ("parrot_fcfs", "spf", "lpm", "phase_batch", TOPAS),
-    "ablation": ("topas_base", "topas_no_aging", "topas_no_reuse", "topas_no_context", TOPAS),
+    "ablation": ("topas_base", "topas_no_aging", "topas_no_reuse", "topas_no_context", "topas_no_remaining_work", TOPAS),
 }
 
 

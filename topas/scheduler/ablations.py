@@ -1,5 +1,5 @@
-"""TOPAS's ablations: the paper's (base, no reuse, no aging) and one per score term of our own (no context),
-subclasses that switch a component off by default."""
+"""TOPAS's ablations: the paper's (base, no reuse, no aging) and one per score term of our own (no context, no
+remaining-work factor), subclasses that switch a component off by default."""
 
 from __future__ import annotations
 
@@ -40,3 +40,12 @@ class TopasNoContext(Topas):
     @dataclass(frozen=True)
     class Params(TopasParams):
         use_context: bool = False
+
+
+@register_policy("topas_no_remaining_work")
+class TopasNoRemainingWork(Topas):
+    """Ablation (ours, not the paper's): no remaining-work factor in the task weights (docs/decisions/0033)."""
+
+    @dataclass(frozen=True)
+    class Params(TopasParams):
+        use_remaining_work: bool = False

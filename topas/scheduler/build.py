@@ -6,7 +6,8 @@ task inputs (docs/topas.md, "State and decision").
 - per agent of the active pool (running, waiting, or one hop downstream of a running stage) its
   `AgentOption`: prefix length, whether running calls force it resident, its move-in, its reuse count;
 - the tasks with an overdue call (scored outside R' too);
-- each task's congestion discount and the opening cost's inputs (`congestion_factors`, `opening_inputs`);
+- each task's congestion discount, remaining-work factor and the opening cost's inputs (`congestion_factors`,
+  `remaining_work_factors`, `opening_inputs`);
 - each scored call's cached context value (`context_values`);
 - the preemption candidates with their J_redo and J_revoke (`preemption_candidates`).
 """
@@ -69,6 +70,16 @@ def congestion_factors(view: SchedulerView, e: DecisionEstimates, remaining_s: M
     return out
 
 
+def remaining_work_factors(remaining_s: Mapping[int, float], scored: Iterable[int]) -> dict[int, float]:
+    """score.remaining_work of every task the decision reads (running or scored: a preemption's J_revoke weighs
+    its victim's task as a new admission would), against the mean remaining work of the scored tasks."""
+    own = [max(remaining_s[t], S._MIN_WORK_S) for t in scored]
+    if not own:
+        return {}
+    reference = sum(own) / len(own)
+    return {t: S.remaining_work(r, reference) for t, r in remaining_s.items()}
+
+
 def context_values(view: SchedulerView, scored_waiting: Mapping[int, list[RequestInfo]], est: Estimator,
                    weights: Mapping[int, float]) -> dict[str, float]:
     """score.context_value of every scored call with a cached context beyond its agent prefix: its reload is a
@@ -119,7 +130,8 @@ def overdue_tasks(view: SchedulerView, scored: set[int], waiting_by_task, e: Dec
 
 def build_problem(view: SchedulerView, e: DecisionEstimates, est: Estimator, p: TopasParams, scored_waiting: Mapping[int, list[RequestInfo]],
                   reuse_n: dict[str, int], chain, aging: Mapping[int, float], running=None, overdue=frozenset(),
-                  congestion: Mapping[int, float] | None = None, context: Mapping[str, float] | None = None) -> Problem:
+                  congestion: Mapping[int, float] | None = None, context: Mapping[str, float] | None = None,
+                  remaining_work: Mapping[int, float] | None = None) -> Problem:
     """The search problem over the scored waiting calls (only these can be admitted by the plan)."""
     forced = {r.agent for r in view.running}
     pool = forced | {r.agent for r in view.waiting} | {a for a, n in reuse_n.items() if n > 0}
@@ -151,6 +163,7 @@ def build_problem(view: SchedulerView, e: DecisionEstimates, est: Estimator, p: 
         beta=p.beta if p.use_reuse else 0.0,
         task_aging=aging,
         task_congestion=congestion or {},
+        task_remaining_work=remaining_work or {},
         context_s=context or {},
         running=running,
         overdue=overdue,
@@ -158,9 +171,10 @@ def build_problem(view: SchedulerView, e: DecisionEstimates, est: Estimator, p: 
 
 
 def preemption_candidates(view: SchedulerView, e: DecisionEstimates, est: Estimator, tasks: TaskBook, p: TopasParams,
-                          credit: Mapping[str, float], waiting_by_task, running_by_task) -> Candidates:
+                          credit: Mapping[str, float], waiting_by_task, running_by_task,
+                          remaining_work: Mapping[int, float] | None = None) -> Candidates:
     """Running calls as preemption candidates with J_redo (re-decoding their generated tokens) and J_revoke: the
-    larger of the credit recorded at admission (rescaled to the current W and aging) and what the call's
+    larger of the credit recorded at admission (rescaled to the current W, aging and remaining-work factor) and what the call's
     progress is worth now (its task's path grows by that much if it goes back to waiting), so a call admitted
     by the work-conserving fill is not free. Only the trial order (cost per freed token, the recorded credit
     standing in for J_revoke) is computed for all of them; an option is built when first tried."""
@@ -177,6 +191,8 @@ def preemption_candidates(view: SchedulerView, e: DecisionEstimates, est: Estima
     def build(i: int) -> RunningOption:
         r, redo, c = running[i], redos[i], credits[i]
         age = S.aging(view.now, r.task_arrival, p.rho, p.h_age) if p.use_aging else 1.0
+        if remaining_work:
+            age *= remaining_work.get(r.task_id, 1.0)
 
         def revoke() -> float:
             gain = tasks.victim_gain(view, e, r, waiting_by_task, running_by_task)

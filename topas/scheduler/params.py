@@ -18,6 +18,7 @@ class TopasParams:
     use_aging: bool = True  # ablation switch (topas_no_aging, topas_base)
     use_reuse: bool = True  # ablation switch (topas_no_reuse, topas_base)
     use_context: bool = True  # ablation switch (topas_no_context): J_admit's context term (a call's cached context at risk)
+    use_remaining_work: bool = True  # ablation switch (topas_no_remaining_work): a task's weight x mean remaining work / its own
     tie_temperature: float = 0.25  # smooth-max temperature as a fraction of W
     wait_ewma: float = 0.2  # smoothing of the observed queueing delay W
     prior_output_tokens: float = PRIOR_OUTPUT_TOKENS  # workload-independent prior (docs/policy_contract.md)

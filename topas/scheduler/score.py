@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from topas.scheduler.problem import Problem, RunningOption, ScoreBreakdown
 
+_MIN_WORK_S = 1e-3  # a task whose last call is about to finish: its weight stays finite
+
 
 def aging(now: float, arrival: float, rho: float, h_age: float) -> float:
     """g_i(t) = 1 + rho * log(1 + (t - tau_i) / H_age); multiplies the admission term only."""
@@ -26,6 +28,14 @@ def congestion(ahead_s: float, capacity_s: float) -> float:
     seconds) exceeds what the pool serves in one expected wait (`capacity_s`): its later calls queue behind
     that work whatever is admitted now, so starting it early saves less than W. 1 when nothing binds."""
     return 1.0 if ahead_s <= capacity_s else capacity_s / ahead_s
+
+
+def remaining_work(remaining_s: float, reference_s: float) -> float:
+    """A task's weight for finishing soon: the reference remaining work over the task's own (Smith's rule, the c-mu
+    index with a holding cost of one per task-second). Serving a call of a task with less work left brings its
+    completion, and with it the end of its holding cost, closer per second of service; 1 for a task of reference
+    size. `reference_s`: the scored tasks' mean, so the weights average about 1 and J_admit stays in seconds."""
+    return reference_s / max(remaining_s, _MIN_WORK_S)
 
 
 def j_hold(held_tokens: int, hold_s: float, displaced: Iterable[tuple[int, float, float]]) -> float:
@@ -48,7 +58,7 @@ def context_value(reload_s: float, weight: float) -> float:
     """What admitting a waiting call now saves when part of its prompt beyond the agent prefix (its conversation
     history, upstream outputs) is cached: left waiting, that context may be evicted and reloaded later (`reload_s`:
     recomputed without a host tier, transferred back with one). The reload occupies the engine, so it delays every
-    task the decision reads: `weight` is the sum of their weights (aging x congestion), the unit of J_admit."""
+    task the decision reads: `weight` is the sum of their weights (aging x congestion x remaining work), the unit of J_admit."""
     return reload_s * weight
 
 
@@ -88,17 +98,21 @@ def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gain
     on_gpu, reuse = p.agent_terms()
     in_order = sorted(resident)  # float sums in a fixed order: a set's order follows the string hash seed
     ctx, weight, cong, agent_of, task_of = p.context_s.get, p.task_aging.get, p.task_congestion.get, p.request_agent, p.request_task
+    work = p.task_remaining_work.get
     tasks_of: dict[str, set[int]] = {}  # agent -> tasks of its admitted calls
     # per admitted call, in admit order (one pass: the sums below read these lists): its context value, its
-    # path drop (gains are age-weighted path drops + context), that drop without the congestion discount, unweighted
-    contexts, path, aged, plain = [], [], [], []
+    # weighted path drop (gains are weighted path drops + context), that drop with aging and congestion only,
+    # with aging only, and unweighted
+    contexts, path, discounted, aged, plain = [], [], [], [], []
     for rid in admit:
         t, c = task_of[rid], ctx(rid, 0.0)
         tasks_of.setdefault(agent_of[rid], set()).add(t)
         g = gains[rid] - c
+        f = work(t, 1.0)
         contexts.append(c)
         path.append(g)
-        aged.append(g / cong(t, 1.0))
+        discounted.append(g / f)
+        aged.append(g / (cong(t, 1.0) * f))
         plain.append(g / weight(t, 1.0))
     moves = [(agents[a].move_in_s, len(tasks_of.get(a, ()))) for a in in_order if not agents[a].on_gpu]
     out_tokens = sum([n for a, n in on_gpu if a not in resident])
@@ -110,10 +124,10 @@ def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gain
         redo += r.redo_s
         revoke += r.revoke()
     margin = sum([r.margin * (r.redo_s + r.revoke()) for r in preempt]) if preempt else 0  # 0: sum([])
-    context, weighted, undiscounted = sum(contexts), sum(path), sum(aged)
+    context, weighted, by_age, undiscounted = sum(contexts), sum(path), sum(discounted), sum(aged)
     return ScoreBreakdown(
         j_admit=weighted + context, aging=undiscounted - sum(plain),
-        congestion=weighted - undiscounted, context=context, j_hold=hold,
+        congestion=by_age - undiscounted, remaining_work=weighted - by_age, context=context, j_hold=hold,
         j_move=j_move(moves),
         v_reuse=v_reuse([reuse[a] for a in in_order], p.beta) if p.beta else 0.0,
         j_redo=redo, j_revoke=revoke, margin=margin,
