@@ -10,6 +10,7 @@ geometric means), then cell by cell against TOPAS itself (paired by seed: which 
         experiment_name=design_rho4 hydra/launcher=local                    # a variant
     python -m analysis.design_sample runs/design_rho4 [runs/design_other ...] [--base runs/design_shapes]
         [--topas runs/design_today]                                        # TOPAS re-run apart
+    python -m analysis.design_sample --headroom                            # what choosing among today's policies gives
 """
 
 from __future__ import annotations
@@ -87,6 +88,19 @@ def compare(base: pd.DataFrame, variants: dict[str, pd.DataFrame]) -> tuple[pd.D
     return standing, wide.reset_index()
 
 
+def headroom(base: pd.DataFrame) -> pd.DataFrame:
+    """Per (shape, load): the mean over seeds of the best mean JCT of any scheduler run in that seed (TOPAS and
+    the references included), over the best baseline's mean. An optimistic bound of what choosing among today's
+    policies could give (per seed, it also picks noise); a geometric mean below it needs a better policy than all."""
+    bl = baselines_of(base)
+    rows = []
+    for (_, load), g in shapes.with_shapes(base).groupby(["workload", "load"], sort=False):
+        per_seed = g.pivot_table(index="seed", columns="scheduler", values="jct_mean").min(axis=1)
+        best = g[g["scheduler"].isin(bl)].groupby("scheduler")["jct_mean"].mean().min()
+        rows.append({"shape": g["shape"].iloc[0], "load": float(load), "best of all / best baseline": per_seed.mean() / best})
+    return pd.DataFrame(rows).sort_values(["shape", "load"], key=shapes.natural_order).reset_index(drop=True)
+
+
 def _display_cells(wide: pd.DataFrame) -> pd.DataFrame:
     out = wide.copy()
     for c in out.columns:
@@ -103,8 +117,16 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--base", default=str(BASE), help="the design sample's runs (baselines and TOPAS)")
     ap.add_argument("--topas", help="TOPAS's own runs of the sample, made apart (e.g. on today's code), in place of "
                                      "those under --base")
+    ap.add_argument("--headroom", action="store_true", help="print, per cell, the per-seed best of every scheduler "
+                                                              "against the best baseline, and its geometric means")
     args = ap.parse_args(argv)
     base = load_runs(args.base)
+    if args.headroom:
+        h = headroom(base)
+        col = h["best of all / best baseline"]
+        print(f"geometric mean {shapes.geomean(col):.3f}, loads >= 0.8: {shapes.geomean(col[h['load'] >= 0.8]):.3f}")
+        print(display.to_markdown(h.assign(**{col.name: [f"{v:.3f}" for v in col]})))
+        return
     if args.topas:
         own = load_runs(args.topas)
         base = pd.concat([base[base["scheduler"] != TOPAS], own[own["scheduler"] == TOPAS]])

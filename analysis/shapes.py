@@ -88,7 +88,7 @@ def standings(c: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "scheduler": x, "cells": len(g), "wins": int(counts.get("win", 0)), "ties": int(counts.get("tie", 0)),
             "losses": int(counts.get("loss", 0)),
-            "geomean ratio": _geomean(g["ratio"]), "geomean ratio, load >= 0.8": _geomean(high["ratio"]),
+            "geomean ratio": geomean(g["ratio"]), "geomean ratio, load >= 0.8": geomean(high["ratio"]),
             "worst cell": "-" if worst is None else
             f"{worst['shape']} at load {worst['load']:g}: {display.fmt_value(worst['change'])} "
             f"{display.fmt_ci(worst['ci'])} vs {style.label(worst['best'])} ({worst['description']})",
@@ -97,7 +97,7 @@ def standings(c: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("geomean ratio").reset_index(drop=True)
 
 
-def _geomean(x: pd.Series) -> float:
+def geomean(x: pd.Series) -> float:
     x = x.dropna().to_numpy(dtype=float)
     return float(np.exp(np.log(x).mean())) if len(x) else math.nan
 

@@ -187,3 +187,16 @@ def test_a_design_sample_variant_is_scored_against_the_best_baseline_and_against
     assert row["v vs topas"] == pytest.approx(-0.1, abs=1e-3) and row["v verdict"] == "win"
     with pytest.raises(ValueError, match="no \\(shape, load\\) cell is common"):
         compare(_runs(base), {"v": _runs([("shape_d3", "topas", 0.5, 0, 90.0)])})  # a cell the sample lacks
+
+
+def test_the_headroom_is_the_per_seed_best_of_every_scheduler_over_the_best_baselines_mean():
+    from analysis.design_sample import headroom
+
+    rows = []
+    for seed, (spf, lpm, topas, ref) in enumerate(((100.0, 104.0, 102.0, 120.0), (100.0, 96.0, 101.0, 90.0))):
+        rows += [("shape_d1", s, 0.8, seed, v) for s, v in
+                 (("spf", spf), ("lpm", lpm), ("topas", topas), ("phase_batch_nolimit", ref))]
+    h = headroom(_runs(rows)).set_index("shape")
+    # the best baseline's mean is 100 (SPF 100 / 100, LPM 104 / 96); per seed the best of all is 100 (SPF), then
+    # 90 (the reference): (100 + 90) / 2 over 100
+    assert h.loc["d1", "best of all / best baseline"] == pytest.approx(0.95)
