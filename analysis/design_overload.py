@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import pandas as pd
 
 from analysis import display, shapes, tables
+from analysis.design_sample import TOPAS, with_variants
 from analysis.load import ROOT, load_runs
 
-TOPAS = "topas"
 BASE = ROOT / "runs" / "design_overload"
 CELL = ["workload", "load", "num_tasks"]
 
@@ -73,18 +72,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--base", default=str(BASE), help="the baselines' and TOPAS's runs of these cells")
     ap.add_argument("--topas", help="TOPAS's own runs, made apart (e.g. on today's code), in place of those under --base")
     args = ap.parse_args(argv)
-    base = load_runs(args.base)
-    if base.empty:
-        sys.exit(f"error: no runs under {args.base} (python run.py -m +experiment=design_overload hydra/launcher=local)")
-    if args.topas:
-        own = load_runs(args.topas)
-        base = pd.concat([base[base["scheduler"] != TOPAS], own[own["scheduler"] == TOPAS]])
-    variants = {}
-    for d in args.variants:
-        runs = load_runs(d)
-        if runs.empty or TOPAS not in set(runs["scheduler"]):
-            sys.exit(f"error: no TOPAS runs under {d}")
-        variants[Path(d).name.removeprefix("overload_")] = runs
+    base, variants = with_variants(load_runs(args.base), args.base, args.topas, args.variants, "design_overload")
     try:
         c = compare(base, variants)
     except ValueError as e:

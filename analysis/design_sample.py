@@ -101,6 +101,25 @@ def headroom(base: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["shape", "load"], key=shapes.natural_order).reset_index(drop=True)
 
 
+def with_variants(base: pd.DataFrame, base_dir: str, topas_dir: str | None, variant_dirs: list[str],
+                  experiment: str) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """The base runs, with TOPAS's own taken from `topas_dir` when given, and each variant folder's runs by name
+    (the folder's name less "design_" / "overload_"). Exits with one line naming a folder without TOPAS runs;
+    `experiment`: the conf/experiment that makes the base runs, for that line."""
+    if topas_dir:
+        own = load_runs(topas_dir)
+        base = pd.concat([base[base["scheduler"] != TOPAS], own[own["scheduler"] == TOPAS]])
+    if base.empty or TOPAS not in set(base["scheduler"]):
+        sys.exit(f"error: no TOPAS runs under {base_dir} (python run.py -m +experiment={experiment} hydra/launcher=local)")
+    variants = {}
+    for d in variant_dirs:
+        runs = load_runs(d)
+        if runs.empty or TOPAS not in set(runs["scheduler"]):
+            sys.exit(f"error: no TOPAS runs under {d}")
+        variants[Path(d).name.removeprefix("design_").removeprefix("overload_")] = runs
+    return base, variants
+
+
 def _display_cells(wide: pd.DataFrame) -> pd.DataFrame:
     out = wide.copy()
     for c in out.columns:
@@ -127,18 +146,7 @@ def main(argv: list[str]) -> None:
         print(f"geometric mean {shapes.geomean(col):.3f}, loads >= 0.8: {shapes.geomean(col[h['load'] >= 0.8]):.3f}")
         print(display.to_markdown(h.assign(**{col.name: [f"{v:.3f}" for v in col]})))
         return
-    if args.topas:
-        own = load_runs(args.topas)
-        base = pd.concat([base[base["scheduler"] != TOPAS], own[own["scheduler"] == TOPAS]])
-    if base.empty or TOPAS not in set(base["scheduler"]):
-        sys.exit(f"error: no TOPAS runs of the design sample under {args.base} "
-                 "(python run.py -m +experiment=design_shapes hydra/launcher=local)")
-    variants = {}
-    for d in args.variants:
-        runs = load_runs(d)
-        if runs.empty or TOPAS not in set(runs["scheduler"]):
-            sys.exit(f"error: no TOPAS runs under {d}")
-        variants[Path(d).name.removeprefix("design_")] = runs
+    base, variants = with_variants(base, args.base, args.topas, args.variants, "design_shapes")
     try:
         standing, wide = compare(base, variants)
     except ValueError as e:
