@@ -15,20 +15,24 @@ as analysis.shapes scores a shape), and every variant against TOPAS itself.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 import pandas as pd
 
 from analysis import display, shapes, tables
-from analysis.design_sample import TOPAS, with_variants
+from analysis.design_sample import TOPAS, baselines_of, with_variants
 from analysis.load import ROOT, load_runs
 
 BASE = ROOT / "runs" / "design_overload"
 CELL = ["workload", "load", "num_tasks"]
 
 
-def _against(g: pd.DataFrame, x: str, other: str) -> tuple[float, float, str]:
-    """x's paired change of mean JCT against `other` in one cell, its CI and verdict."""
+def _against(g: pd.DataFrame, present: set[str], x: str, other: str) -> tuple[float, float, str]:
+    """x's paired change of mean JCT against `other` in one cell, its CI and verdict; NaN and n/a when x has no
+    runs there (`present`: the cell's schedulers)."""
+    if x not in present:
+        return math.nan, math.nan, "n/a"
     change, ci, n = tables.paired_change(g, g["workload"].iloc[0], "jct_mean", x, other)
     return change, ci, shapes.verdict(change, ci, n)
 
@@ -36,33 +40,33 @@ def _against(g: pd.DataFrame, x: str, other: str) -> tuple[float, float, str]:
 def compare(base: pd.DataFrame, variants: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per cell of the base runs: the best baseline, TOPAS's and each variant's change against it (with its
     95% CI and verdict), and each variant's change against TOPAS with its CI (NaN where a variant lacks the cell)."""
-    bl = sorted(set(base["scheduler"]) - {TOPAS} - set(shapes.REFERENCE))
+    bl = baselines_of(base)
     if not bl or TOPAS not in set(base["scheduler"]):
         raise ValueError("the base runs need TOPAS and at least one baseline")
-    ours = pd.concat([v[v["scheduler"] == TOPAS].assign(scheduler=n) for n, v in variants.items()]) \
-        if variants else base.iloc[:0]
+    ours = [v[v["scheduler"] == TOPAS].assign(scheduler=n) for n, v in variants.items()]
     rows = []
-    for key, g in pd.concat([base, ours]).groupby(CELL, sort=True):
+    for key, g in pd.concat([base, *ours]).groupby(CELL, sort=True):
+        present = set(g["scheduler"])
         best = tables.best_baseline(g, key[0], "jct_mean", bl)
-        if best is None or TOPAS not in set(g["scheduler"]):
+        if best is None or TOPAS not in present:
             continue
         row = dict(zip(CELL, key), best=best)
         for x in (TOPAS, *variants):
-            change, ci, verdict = _against(g, x, best) if x in set(g["scheduler"]) else (float("nan"),) * 2 + ("n/a",)
-            row |= {f"{x} vs best": change, f"{x} ci": ci, f"{x} verdict": verdict}
+            change, ci, verdict = _against(g, present, x, best)
+            row |= {f"{x} vs best": change, f"{x} vs best ci": ci, f"{x} verdict": verdict}
             if x != TOPAS:
-                change, ci, _ = _against(g, x, TOPAS) if x in set(g["scheduler"]) else (float("nan"),) * 3
+                change, ci, _ = _against(g, present, x, TOPAS)
                 row |= {f"{x} vs topas": change, f"{x} vs topas ci": ci}
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def _display(c: pd.DataFrame) -> pd.DataFrame:
+    """Each change with its 95% CI in one column."""
     out = c.copy()
     for col in out.columns:
-        ci = col.removesuffix(" vs best") + " ci" if col.endswith(" vs best") else col + " ci"
-        if ci in out.columns:  # a change with its 95% CI
-            out[col] = [display.fmt_value(v) + (f" ±{100 * e:.1f}" if e == e else "") for v, e in zip(out[col], out[ci])]
+        if col + " ci" in out.columns:
+            out[col] = [f"{display.fmt_value(v)} {display.fmt_ci(e)}" for v, e in zip(out[col], out[col + " ci"])]
     return out.drop(columns=[c for c in out.columns if c.endswith(" ci")])
 
 
