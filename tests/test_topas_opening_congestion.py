@@ -34,7 +34,7 @@ def _problem() -> Problem:
                 task_aging={0: 1.5, 1: 1.0, 2: 0.5}, task_congestion={0: 1.0, 1: 1.0, 2: 0.5})
     service = {"b0": 3.0, "a1": 2.0, "a2": 2.0}
     heads = [Head("a1", "a", 500, 8.0, 2.0), Head("b0", "b", 400, 6.0, 3.0), Head("a2", "a", 500, 4.0, 2.0)]
-    p.opening = lambda: (service, heads)
+    p.opening = lambda _: (service, heads)
     return p
 
 

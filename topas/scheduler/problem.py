@@ -124,8 +124,10 @@ class Problem:
     running: Callable[[], Sequence[RunningOption]] | None = None  # preemption candidates, computed on demand
     overdue: frozenset[int] = frozenset()  # tasks with a call waiting well beyond W: scored outside R' too
     # J_hold's inputs, built on first use (a state that opens no agent needs none): the expected service seconds
-    # of each scored call, and each scored task's first call by gain per token (what opened memory displaces)
-    opening: Callable[[], tuple[Mapping[str, float], Sequence[Head]]] | None = None
+    # of each scored call, and each scored task's first call by gain per token (what opened memory displaces).
+    # Called with the problem: a closure over it would be a reference cycle, which leaves every decision's
+    # objects to the cyclic garbage collector (its pauses were most of a decision's p99)
+    opening: Callable[[Problem], tuple[Mapping[str, float], Sequence[Head]]] | None = None
     # per decision: tasks grouped by their agents, each group's first calls per R' pattern (pack._heads), the
     # blocked calls whose repair failed, rid -> (gain, smallest memory shortfall seen), and memos of the score
     _victims: Sequence[RunningOption] | None = field(default=None, init=False, repr=False)
@@ -139,7 +141,7 @@ class Problem:
 
     def opening_inputs(self) -> tuple[Mapping[str, float], Sequence[Head]]:
         if self._opening is None:
-            self._opening = self.opening() if self.opening is not None else ({}, ())
+            self._opening = self.opening(self) if self.opening is not None else ({}, ())
         return self._opening
 
     def min_tokens(self) -> int:

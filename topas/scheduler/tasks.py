@@ -100,12 +100,17 @@ class TaskBook:
         """Estimated remaining service (seconds, calls x their stage's mean) of this decision's running and
         scored tasks (after `states`)."""
         stage_time, key, out = self.estimator.stage_time, (e.step_s, self.estimator.est.observed), {}
+        means: dict[str, list[float]] = {}  # template -> its stages' mean service, in table order: read once per decision
         for tid, d in self._digests.items():
             hit = d.remaining_s
             if hit is None or hit[0] != key:  # a function of the digest, the step and the estimates
-                agent = self.table(view.templates[view.tasks[tid].template]).agent
-                hit = d.remaining_s = (key, sum([n * stage_time(agent[s], s, e.step_s)[0]
-                                                  for s, n in d.remaining.items() if n > 0]))
+                tpl = view.tasks[tid].template
+                m = means.get(tpl)
+                if m is None:
+                    table = self.table(view.templates[tpl])
+                    m = means[tpl] = [stage_time(table.agent[s], s, e.step_s)[0] for s, _ in table.stages]
+                # d.remaining lists every stage in table order (digest.remaining)
+                hit = d.remaining_s = (key, sum([n * t for n, t in zip(d.remaining.values(), m) if n > 0]))
             out[tid] = hit[1]
         return out
 

@@ -81,7 +81,7 @@ class Topas(Policy):
                                                   work),
             overdue=overdue_tasks(view, scored, waiting_by_task, e, est, p.overdue_factor),
             congestion={t: cong[t] for t in states}, context=context, remaining_work={t: work[t] for t in states} if work else None)
-        problem.opening = lambda: opening_inputs(problem, scored_waiting, e, est)
+        problem.opening = lambda pr: opening_inputs(pr, scored_waiting, e, est)
         plan = search(problem, p.M)
         for rid in plan.admit:
             self.credit[rid] = plan.gains.get(rid, 0.0) / (e.wait_s * aging.get(problem.request_task[rid], 1.0))
