@@ -7,8 +7,10 @@ see which calls a scheduler makes wait (docs/decisions/0022, 0028, 0029); not pa
         --seed 100 --scheduler topas spf --value miss
 
 `--value miss` shows each stage's uncached agent-prefix tokens per call instead (prefix - prefix hit), and
-`--value service` its mean service seconds. A scheduler met in several folders is labelled by its folder.
-Stages are in the order their calls become ready within a task.
+`--value service` its mean service seconds. `--value engine` shows, instead of stages, what the engine did in
+those runs (mean batch, cache hit rate, prefill tokens computed, bytes swapped in, preemptions; `engine_table`):
+whether a scheduler's JCT comes from its order or from its throughput. A scheduler met in several folders is
+labelled by its folder. Stages are in the order their calls become ready within a task.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import pandas as pd
 from analysis import display
 from analysis.load import LoadError, load_requests, load_runs
 
-VALUES = {"wait": "wait_s", "miss": "prefix_miss", "service": "service_s"}
+VALUES = {"wait": "wait_s", "miss": "prefix_miss", "service": "service_s"}  # per-stage values
+# a run summary's engine figures (topas/results.py), averaged over a label's runs by `engine_table`
+ENGINE = ("mean_batch_size", "cache_hit_rate", "prefill_tokens_computed", "swap_in_bytes", "preemptions")
 
 
 def stage_summary(requests: pd.DataFrame) -> pd.DataFrame:
@@ -50,6 +54,14 @@ def stage_table(runs: pd.DataFrame, value: str = "wait_s") -> pd.DataFrame:
     head = runs.groupby("label", sort=False).agg(seeds=("seed", "count"), jct_mean=("jct_mean", "mean"),
                                                    makespan_s=("makespan_s", "mean"))
     return head.join(by_stage)
+
+
+def engine_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """A row per `label` of `runs` (as `stage_table`'s): its mean JCT, p99 JCT and makespan, then the engine figures
+    of its run summaries (ENGINE), each averaged over the label's runs (seeds)."""
+    runs = runs if "label" in runs else runs.assign(label=runs["scheduler"])
+    cols = ["jct_mean", "jct_p99", "makespan_s", *ENGINE]
+    return runs.groupby("label", sort=False).agg(seeds=("seed", "count"), **{c: (c, "mean") for c in cols})
 
 
 def select(runs: pd.DataFrame, workload: str, load: float | None, seeds: list[int] | None,
@@ -83,7 +95,8 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--load", type=float, help="the load (x capacity); default: any")
     ap.add_argument("--seed", type=int, nargs="*", help="seeds to average over; default: all")
     ap.add_argument("--scheduler", nargs="*", help="schedulers to show; default: all")
-    ap.add_argument("--value", choices=sorted(VALUES), default="wait", help="what each stage column shows")
+    ap.add_argument("--value", choices=sorted([*VALUES, "engine"]), default="wait",
+                    help="what each stage column shows; engine: the runs' engine figures instead of stages")
     args = ap.parse_args(argv)
     try:
         frames = {Path(d).name: select(load_runs(d), args.workload, args.load, args.seed, args.scheduler)
@@ -92,10 +105,20 @@ def main(argv: list[str]) -> None:
         if not frames:
             sys.exit(f"error: no complete run of workload {args.workload}"
                      + (f" at load {args.load:g}" if args.load is not None else "") + " under " + ", ".join(args.folders))
-        table = stage_table(label_by_folder(frames), VALUES[args.value])
+        labelled = label_by_folder(frames)
+        table = engine_table(labelled) if args.value == "engine" else stage_table(labelled, VALUES[args.value])
     except LoadError as e:
         sys.exit(f"error: {e}")
-    print(display.to_markdown(table.round(1).reset_index().rename(columns={"label": "scheduler"})))
+    table = _engine_display(table) if args.value == "engine" else table.round(1)
+    print(display.to_markdown(table.reset_index().rename(columns={"label": "scheduler"})))
+
+
+def _engine_display(table: pd.DataFrame) -> pd.DataFrame:
+    """Readable units: the hit rate to 3 digits, prefill tokens in thousands, bytes swapped in GB."""
+    out = table.assign(prefill_tokens_computed=table["prefill_tokens_computed"] / 1e3,
+                       swap_in_bytes=table["swap_in_bytes"] / 1e9)
+    out = out.rename(columns={"prefill_tokens_computed": "prefill_k_tokens", "swap_in_bytes": "swap_in_GB"})
+    return out.round(1).assign(cache_hit_rate=table["cache_hit_rate"].round(3))
 
 
 if __name__ == "__main__":

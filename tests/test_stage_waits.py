@@ -56,3 +56,14 @@ def test_a_scheduler_in_two_folders_is_labelled_by_folder(main_runs):
 def test_a_cell_with_no_run_is_one_error_line(main_runs, capsys):
     with pytest.raises(SystemExit, match="error: no complete run of workload shape_x at load 1.1"):
         stage_waits.main([str(main_runs), "--workload", "shape_x", "--load", "1.1"])
+
+
+def test_the_engine_table_averages_each_labels_run_summaries(main_runs, capsys):
+    runs = stage_waits.select(load_runs(main_runs), "dag4", None, None, ["topas"])
+    table = stage_waits.engine_table(runs)
+    assert list(table.index) == ["topas"] and table.loc["topas", "seeds"] == len(runs) == 2
+    for c in ("jct_mean", "jct_p99", "makespan_s", *stage_waits.ENGINE):
+        assert table.loc["topas", c] == pytest.approx(runs[c].mean())
+    stage_waits.main([str(main_runs), "--workload", "dag4", "--value", "engine"])
+    out = capsys.readouterr().out
+    assert "swap_in_GB" in out and "prefill_k_tokens" in out and "| topas" in out and "| fcfs" in out
