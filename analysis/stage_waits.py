@@ -40,10 +40,17 @@ def stage_summary(requests: pd.DataFrame) -> pd.DataFrame:
                                   prefix_miss=("prefix_miss", "mean"), offset_s=("offset_s", "mean"))
 
 
+def _by_label(runs: pd.DataFrame, columns: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(`runs` with a label column, else labelled by scheduler; a row per label: its run count as `seeds` and the
+    mean of each of `columns` over its runs)."""
+    runs = runs if "label" in runs else runs.assign(label=runs["scheduler"])
+    return runs, runs.groupby("label", sort=False).agg(seeds=("seed", "count"), **{c: (c, "mean") for c in columns})
+
+
 def stage_table(runs: pd.DataFrame, value: str = "wait_s") -> pd.DataFrame:
     """A row per `label` of `runs` (one scheduler's seeds; a label column, else the scheduler): its mean JCT and
     makespan over its runs, then `value` per stage, averaged over the runs (seeds) of the label."""
-    runs = runs if "label" in runs else runs.assign(label=runs["scheduler"])
+    runs, head = _by_label(runs, ["jct_mean", "makespan_s"])
     per_stage, order = [], []
     for run in runs.itertuples():
         s = stage_summary(load_requests(run.run_dir))
@@ -51,17 +58,13 @@ def stage_table(runs: pd.DataFrame, value: str = "wait_s") -> pd.DataFrame:
         order.append(s["offset_s"])
     stages = pd.concat(order, axis=1).mean(axis=1).sort_values(kind="stable").index
     by_stage = pd.concat(per_stage, axis=1).T.groupby(level=0, sort=False).mean()[list(stages)]
-    head = runs.groupby("label", sort=False).agg(seeds=("seed", "count"), jct_mean=("jct_mean", "mean"),
-                                                   makespan_s=("makespan_s", "mean"))
     return head.join(by_stage)
 
 
 def engine_table(runs: pd.DataFrame) -> pd.DataFrame:
     """A row per `label` of `runs` (as `stage_table`'s): its mean JCT, p99 JCT and makespan, then the engine figures
     of its run summaries (ENGINE), each averaged over the label's runs (seeds)."""
-    runs = runs if "label" in runs else runs.assign(label=runs["scheduler"])
-    cols = ["jct_mean", "jct_p99", "makespan_s", *ENGINE]
-    return runs.groupby("label", sort=False).agg(seeds=("seed", "count"), **{c: (c, "mean") for c in cols})
+    return _by_label(runs, ["jct_mean", "jct_p99", "makespan_s", *ENGINE])[1]
 
 
 def select(runs: pd.DataFrame, workload: str, load: float | None, seeds: list[int] | None,
@@ -106,10 +109,10 @@ def main(argv: list[str]) -> None:
             sys.exit(f"error: no complete run of workload {args.workload}"
                      + (f" at load {args.load:g}" if args.load is not None else "") + " under " + ", ".join(args.folders))
         labelled = label_by_folder(frames)
-        table = engine_table(labelled) if args.value == "engine" else stage_table(labelled, VALUES[args.value])
+        table = (_engine_display(engine_table(labelled)) if args.value == "engine"
+                 else stage_table(labelled, VALUES[args.value]).round(1))
     except LoadError as e:
         sys.exit(f"error: {e}")
-    table = _engine_display(table) if args.value == "engine" else table.round(1)
     print(display.to_markdown(table.reset_index().rename(columns={"label": "scheduler"})))
 
 
