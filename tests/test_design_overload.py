@@ -32,3 +32,14 @@ def test_each_task_count_is_its_own_cell_scored_against_its_best_baseline_never_
 def test_base_runs_without_topas_are_refused():
     with pytest.raises(ValueError, match="need TOPAS"):
         compare(_runs([("dag4", 1.3, 80, "spf", 0, 100.0)]), {})
+
+
+@pytest.mark.parametrize("check", ["design_shapes", "design_overload", "design_main"])
+def test_the_development_loops_checks_run_tuning_seeds_only_and_hold_topas_and_a_baseline(check):
+    """The design checks are where variants are chosen: never on the reporting seeds (0-9), always with TOPAS
+    beside at least one baseline, so a variant can be scored against both."""
+    from topas.reproduce import sweep_params
+
+    grid = sweep_params(check)
+    assert grid["seed"] and all(int(s) >= 100 for s in grid["seed"])
+    assert "topas" in grid["scheduler"] and len(grid["scheduler"]) > 1
