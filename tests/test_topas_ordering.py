@@ -4,13 +4,30 @@ from __future__ import annotations
 
 import pytest
 
-from topas.scheduler.ordering import group_by_agent, task_value
+from topas.scheduler.ordering import group_by_agent, prefix_groups, task_value
 
 
 def test_group_by_agent_pulls_each_agents_calls_behind_its_first_and_keeps_the_rest_in_order():
     agent = {"s1": "S", "j1": "J", "s2": "S", "l1": "L", "j2": "J", "s3": "S"}
     assert group_by_agent(["s1", "j1", "s2", "l1", "j2", "s3"], agent) == ["s1", "s2", "s3", "j1", "j2", "l1"]
     assert group_by_agent([], agent) == []
+
+
+def test_only_calls_sharing_a_prefix_larger_than_their_kv_are_pulled_together():
+    from topas.scheduler.problem import AgentOption, Problem
+
+    # big: a 9,000-token prefix, each call's KV 1,000; small: a 500-token prefix, each call's KV 1,000
+    agents = {a: AgentOption(a, n, True, True, 0.0, 0, 0.0) for a, n in (("big", 9000), ("small", 500))}
+    rids = {"s_old": "small", "b1": "big", "s_new": "small", "b2": "big"}
+    p = Problem(kv_pool_tokens=20_000, base_tokens=0, agents=agents, request_agent=rids,
+                request_task={r: i for i, r in enumerate(rids)}, request_tokens={r: 1000 for r in rids},
+                task_agents={}, chain=lambda t, e: [], swap_s_per_token=1e-5, max_actions=64)
+    groups = prefix_groups(p)
+    assert groups["b1"] == groups["b2"] and groups["s_old"] != groups["s_new"]
+    # in value order s_old, b1, s_new, b2: the big prefix's calls go together, the small one's keep their places
+    assert group_by_agent(["s_old", "b1", "s_new", "b2"], groups) == ["s_old", "b1", "b2", "s_new"]
+    # grouped by agent, a newer task's small-prefix call would have come ahead of an older task's big-prefix call
+    assert group_by_agent(["s_old", "b1", "s_new", "b2"], rids) == ["s_old", "s_new", "b1", "b2"]
 
 
 def test_groups_ranked_by_value_largest_first_ties_keep_list_order():

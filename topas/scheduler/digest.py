@@ -84,8 +84,8 @@ def stage_counts(rs: Sequence[RequestInfo]) -> dict[str, int]:
 
 
 class StateKeyHead(tuple):
-    """The (template, remaining, waiting, running) part of a task state's cache key, hashed once: a
-    digest reuses it at every decision (equal heads are equal keys, as plain tuples)."""
+    """A cache key a digest reuses at every decision, hashed once: the (template, remaining, waiting, running)
+    part of a task state's key, or a task's remaining calls (equal keys are equal as plain tuples)."""
 
     def __init__(self, items) -> None:
         self._hash = tuple.__hash__(self)
@@ -100,7 +100,7 @@ class TaskDigest:
     its running calls' stages and residual buckets."""
 
     __slots__ = ("sig", "remaining", "active", "waiting", "reuse", "head", "state", "bases", "stage_rids", "forms", "chain_state",
-                 "chains", "victims", "remaining_s")
+                 "chains", "victims", "remaining_s", "remaining_key")
 
     def __init__(self, sig: tuple, remaining: dict, active: dict, waiting: dict, reuse: tuple[tuple[str, int], ...]) -> None:
         self.sig, self.remaining, self.active, self.waiting, self.reuse = sig, remaining, active, waiting, reuse
@@ -113,3 +113,4 @@ class TaskDigest:
         self.chains: dict[frozenset[str], tuple] = {}  # eligible -> (chain cache key, chain, [(rid, gain)])
         self.victims: dict[str, tuple[tuple, float]] = {}  # running rid -> (key tail, gain of re-admitting it)
         self.remaining_s: tuple[tuple, float] | None = None  # ((step, estimates observed), its remaining service)
+        self.remaining_key: tuple | None = None  # (template, remaining calls per stage): what remaining_s is a function of

@@ -33,7 +33,7 @@ class DecisionEstimates:
     step_s: float  # decode step time at the current batch size
     wait_s: float  # W, two significant digits
     key_tail: tuple[float, float, int]  # (W, coarse step, estimate epoch): what task states are keyed on
-    # d_r (`Estimator.kv`) of every running and waiting call by rid: the decision reads each several times
+    # d_r (`Estimator._kvs`) of every running and waiting call by rid: the decision reads each several times
     kv: Mapping[str, int] = field(default_factory=dict, compare=False)
 
 
@@ -75,7 +75,6 @@ class Estimator:
         if self._time_epoch != self.est.observed:  # these move only with the estimates
             self._time_epoch = self.est.observed
             self._time_memo: dict[tuple[str, str, float], tuple[float, float]] = {}
-            self._kv_memo: dict[tuple[str, int], int] = {}
 
     def _observe_admissions(self, view: SchedulerView) -> None:
         for r in view.running:
@@ -134,23 +133,18 @@ class Estimator:
             self._time_memo[key] = out
         return out
 
-    def kv(self, r: RequestInfo) -> int:
-        """d_r at completion: own prompt suffix + (estimated) output, beyond the shared prefix. Kept across
-        decisions while the estimates and the call's generated tokens stay the same."""
-        key = (r.rid, r.generated_tokens)
-        v = self._kv_memo.get(key)
-        if v is None:
-            v = self._kv_memo[key] = int(r.prompt_tokens - r.prefix_tokens
-                                         + max(self.est.output_tokens(r.agent, r.stage), r.generated_tokens))
-        return v
-
     def _kvs(self, view: SchedulerView) -> dict[str, int]:
-        """`kv` of every running and waiting call, by rid (after `_reset_memos`)."""
-        memo, kv, out = self._kv_memo, self.kv, {}
+        """d_r of every running and waiting call, by rid: at completion, own prompt suffix + (estimated) output,
+        beyond the shared prefix. One pass, the estimated output read once per (agent, stage)."""
+        ys: dict[tuple[str, str], float] = {}
+        y_of, out = self.est.output_tokens, {}
         for rs in (view.running, view.waiting):
             for r in rs:
-                v = memo.get((r.rid, r.generated_tokens))
-                out[r.rid] = v if v is not None else kv(r)
+                y = ys.get((r.agent, r.stage))
+                if y is None:
+                    y = ys[(r.agent, r.stage)] = y_of(r.agent, r.stage)
+                g = r.generated_tokens
+                out[r.rid] = int(r.prompt_tokens - r.prefix_tokens + (y if y >= g else g))  # max(y, g), y on ties
         return out
 
     def residual_bucket(self, r: RequestInfo) -> float:

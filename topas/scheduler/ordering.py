@@ -1,7 +1,8 @@
 """The fourth step of TOPAS's pipeline: the admission list of the chosen state (docs/topas.md, "Admission list").
 
 The plan's part (its admitted calls, its blocked calls, and the first calls of tasks whose small prefix is
-outside R') is grouped by agent, so calls that share a prefix are admitted together (as Parrot's ctx_group),
+outside R') is grouped by agent where the agent's prefix takes at least the room of a call's own KV, so calls
+that share a prefix worth memory are admitted together (as Parrot's ctx_group; `prefix_groups`),
 and the groups are ranked by the best task they serve, a task being worth its whole conditional progress
 (`task_value`); when the prefixes locked by running calls bind the pool (`prefixes_bind_pool`), by the demand
 they serve instead (`group_demand`: consolidation). The work-conserving fill follows: every other waiting
@@ -11,18 +12,18 @@ ahead of older tasks (docs/decisions/0022). The fill never reorders the plan's p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from topas.policy import SchedulerView
 from topas.scheduler.problem import Plan, Problem
 
 
-def group_by_agent(rids: Sequence[str], agent_of: Mapping[str, str],
+def group_by_agent(rids: Sequence[str], agent_of: Mapping[str, Hashable],
                    group_value: Callable[[list[str]], Any] | None = None) -> list[str]:
     """Each agent's calls pulled together, in list order within the group. Groups keep the order of their
     first call, or, with `group_value`, are ranked by it (largest first; ties keep list order)."""
-    by_agent: dict[str, list[str]] = {}
+    by_agent: dict[Hashable, list[str]] = {}
     for rid in rids:
         by_agent.setdefault(agent_of[rid], []).append(rid)
     groups = list(by_agent.values())
@@ -70,6 +71,16 @@ def small_prefix_calls(p: Problem, resident: frozenset[str], listed: Mapping[str
     return out
 
 
+def prefix_groups(p: Problem) -> dict[str, tuple[str, str | None]]:
+    """The group of each scored call in the admission list: its agent's, (agent, None), when the agent's prefix
+    takes at least the room of the call's own KV, else its own, (agent, rid). Admitting calls together pays
+    when they share a prefix worth memory; a prefix smaller than a call's KV saves next to nothing shared (the
+    criterion of `small_prefix_calls`), and pulling its calls together would only override the value order
+    (docs/decisions/0040)."""
+    agents, tokens = p.agents, p.request_tokens
+    return {rid: (a, None if agents[a].tokens >= tokens[rid] else rid) for rid, a in p.request_agent.items()}
+
+
 def admission_list(view: SchedulerView, problem: Problem, plan: Plan, aging: Mapping[int, float],
                    consolidate_share: float) -> list[str]:
     """The decision's admission list for the chosen plan (see the module docstring)."""
@@ -89,5 +100,5 @@ def admission_list(view: SchedulerView, problem: Problem, plan: Plan, aging: Map
         rank = lambda group: group_demand(group, value_of)  # noqa: E731
     else:
         rank = lambda group: max(value_of(rid) for rid in group)  # noqa: E731
-    return (group_by_agent(plan_part, problem.request_agent, rank)
+    return (group_by_agent(plan_part, prefix_groups(problem), rank)
             + group_by_agent([r.rid for r in fill], {r.rid: r.agent for r in fill}))

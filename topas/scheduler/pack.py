@@ -66,7 +66,6 @@ def greedy_pack(p: Problem, resident: frozenset[str]) -> Plan:
     agents, kv_pool_tokens, tokens = p.agents, p.kv_pool_tokens, p.request_tokens
     mem = p.base_tokens + sum([agents[a].tokens for a in resident])
     heap = _heads(p, resident)  # keys (-value, task, index) are distinct: pops come in one order
-    heapq.heapify(heap)
     outside_agents: set[str] = set()
     admit: list[str] = []
     gains: dict[str, float] = {}
@@ -74,6 +73,8 @@ def greedy_pack(p: Problem, resident: frozenset[str]) -> Plan:
     max_admit = p.max_actions
     pop, push = heapq.heappop, heapq.heappush
     min_d = p.min_tokens()
+    if mem + min_d <= kv_pool_tokens:  # else nothing fits: the heap is only read in order below
+        heapq.heapify(heap)
     while heap and len(admit) < max_admit:
         if mem + min_d > kv_pool_tokens:  # nothing left fits: the rest are blocked (their chains dropped), in pop order
             for neg, _, i, ch in sorted(heap):

@@ -79,8 +79,7 @@ class Candidates(Sequence):
         return opt
 
 
-@dataclass(frozen=True, slots=True)
-class ScoreBreakdown:
+class ScoreBreakdown(NamedTuple):  # a tuple: built for every candidate state
     """Every term of a state's score (seconds). `j_admit` carries each task's weight (aging x congestion x
     remaining-work factor); `aging` is the part of it that aging adds (over the plain path drops of the admitted
     calls), `congestion` the part the congestion discount takes off (<= 0), `remaining_work` the part the

@@ -12,7 +12,7 @@ a digest only skips a lookup whose answer it already holds.
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 from topas.policy import RequestInfo, SchedulerView
@@ -45,6 +45,7 @@ class TaskBook:
         self._chains = LRU(4096)  # (task state, eligible calls per stage) -> chain of (stage, gain)
         self._states = LRU(4096)  # (progress signature, W, step, epoch) -> TaskState
         self._victims = LRU(4096)  # (TaskState, stage) -> gain of re-admitting a preempted call
+        self._remaining_memo: tuple[tuple | None, dict] = (None, {})  # (step, observed), {remaining calls: seconds}
         # this decision's remaining calls and active counts per task (the running and the scored tasks)
         self.remaining: dict[int, dict] = {}
         self.active: dict[int, dict] = {}
@@ -99,18 +100,26 @@ class TaskBook:
     def remaining_seconds(self, view: SchedulerView, e: DecisionEstimates) -> dict[int, float]:
         """Estimated remaining service (seconds, calls x their stage's mean) of this decision's running and
         scored tasks (after `states`)."""
-        stage_time, key, out = self.estimator.stage_time, (e.step_s, self.estimator.est.observed), {}
+        key = (e.step_s, self.estimator.est.observed)  # what the stage means are a function of
+        if self._remaining_memo[0] != key:
+            self._remaining_memo = (key, {})
+        memo, stage_time, out = self._remaining_memo[1], self.estimator.stage_time, {}
         means: dict[str, list[float]] = {}  # template -> its stages' mean service, in table order: read once per decision
         for tid, d in self._digests.items():
             hit = d.remaining_s
-            if hit is None or hit[0] != key:  # a function of the digest, the step and the estimates
-                tpl = view.tasks[tid].template
-                m = means.get(tpl)
-                if m is None:
-                    table = self.table(view.templates[tpl])
-                    m = means[tpl] = [stage_time(table.agent[s], s, e.step_s)[0] for s, _ in table.stages]
-                # d.remaining lists every stage in table order (digest.remaining)
-                hit = d.remaining_s = (key, sum([n * t for n, t in zip(d.remaining.values(), m) if n > 0]))
+            if hit is None or hit[0] != key:  # a function of the remaining calls, the step and the estimates
+                calls = d.remaining_key
+                if calls is None:  # d.remaining lists every stage in table order (digest.remaining)
+                    calls = d.remaining_key = StateKeyHead((view.tasks[tid].template, tuple(d.remaining.values())))
+                v = memo.get(calls)  # tasks at the same point of a template share it
+                if v is None:
+                    tpl = calls[0]
+                    m = means.get(tpl)
+                    if m is None:
+                        table = self.table(view.templates[tpl])
+                        m = means[tpl] = [stage_time(table.agent[s], s, e.step_s)[0] for s, _ in table.stages]
+                    v = memo[calls] = sum([n * t for n, t in zip(calls[1], m) if n > 0])
+                hit = d.remaining_s = (key, v)
             out[tid] = hit[1]
         return out
 
@@ -118,7 +127,7 @@ class TaskBook:
         waiting = stage_counts(ws)
         act = active_counts(waiting, run)
         rem = remaining(self.table(tpl), prog, act)
-        reuse: Counter = Counter()
+        reuse: dict[str, int] = {}
         for r in run or ():
             _count_reuse(tpl, rem, act, r.stage, reuse)
         return TaskDigest(sig, rem, act, waiting, tuple(reuse.items()))
@@ -255,12 +264,14 @@ def _stage_rids(rs: list[RequestInfo]) -> dict[str, list[str]]:
     return out
 
 
-def _count_reuse(tpl, rem, active, stage: str, reuse_n: Counter) -> None:
+def _count_reuse(tpl, rem, active, stage: str, reuse_n: dict[str, int]) -> None:
     """n_a(t): stages one hop downstream of a running stage that become ready when it finishes."""
     if rem.get(stage, 0) - active.get(stage, 0) >= 1:  # the next turn of a repeated stage
-        reuse_n[tpl.stages[stage].agent] += 1
+        a = tpl.stages[stage].agent
+        reuse_n[a] = reuse_n.get(a, 0) + 1
     for c in tpl.children[stage]:
         if rem.get(c, 0) <= 0 or active.get(c, 0):
             continue
         if all(rem.get(d, 0) <= 0 or active.get(d, 0) for d in tpl.stages[c].deps):
-            reuse_n[tpl.stages[c].agent] += 1
+            a = tpl.stages[c].agent
+            reuse_n[a] = reuse_n.get(a, 0) + 1
