@@ -1,7 +1,10 @@
 """Decision overhead of this checkout against another commit, measured alternately (prints figures).
 
-    python -m topas.bench_compare 48d733d --rounds 4 workload=metagpt_sop scheduler=topas \
-        workload.arrival_rate=0.15 workload.load=null workload.num_tasks=150
+    python -m topas.bench_compare 0e5a861 --rounds 4        # TOPAS on the SOP decision bench (the default)
+    python -m topas.bench_compare 0e5a861 workload=dag4 scheduler=topas workload.load=1.1
+
+Without overrides it runs the decision-cost bench of docs/decisions/0009 (TOPAS on MetaGPT-SOP at 0.15 task/s,
+150 tasks; `DECISION_BENCH`); `topas.bench`'s own default is a policy-free FCFS run, whose decisions cost nothing.
 
 A shared or throttled machine changes speed by tens of percent within minutes, so two numbers taken
 apart do not compare; runs of the two codes taken in turn do. The other commit is checked out in a
@@ -21,6 +24,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DECISION_BENCH = ["workload=metagpt_sop", "scheduler=topas", "workload.arrival_rate=0.15", "workload.load=null",
+                  "workload.num_tasks=150"]
 _DECISIONS = re.compile(r"policy decisions\s+(\d+) \(([\d.]+) ms mean, ([\d.]+) ms p99\)")
 
 
@@ -30,6 +35,11 @@ def parse_bench(text: str) -> tuple[int, float, float]:
     if m is None:
         raise ValueError("no 'policy decisions' line in the benchmark's output (a policy-free run?)")
     return int(m.group(1)), float(m.group(2)), float(m.group(3))
+
+
+def bench_overrides(given: list[str]) -> list[str]:
+    """The Hydra overrides to bench with: those given, else the decision-cost bench."""
+    return list(given) or list(DECISION_BENCH)
 
 
 def bench_once(checkout: Path, overrides: list[str]) -> tuple[int, float, float]:
@@ -47,6 +57,8 @@ def main(argv: list[str]) -> None:
     args, overrides = ap.parse_known_args(argv)
     if args.rounds < 1:
         raise SystemExit(f"--rounds must be >= 1, got {args.rounds}")
+    overrides = bench_overrides(overrides)
+    print("bench: python -m topas.bench " + " ".join(overrides), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         other = Path(tmp) / "ref"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(other), args.ref], check=True,
