@@ -4,6 +4,7 @@ paper: analysis/latex.py, captioned with the setup, the seeds and the CI, labell
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,10 +93,12 @@ def breakdown_table(main: pd.DataFrame, schedulers: list[str], t: Target) -> pd.
     return shown
 
 
-def claims_table(verdicts: pd.DataFrame, main: pd.DataFrame, regime_runs: pd.DataFrame, t: Target) -> pd.DataFrame:
-    """claims.md (the headline, every claim with its verdict, the regime summary) and claims.tex."""
+def claims_table(verdicts: pd.DataFrame, main: pd.DataFrame, regime_runs: pd.DataFrame, t: Target,
+                 missing: Sequence[str] = ()) -> pd.DataFrame:
+    """claims.md (the headline, every claim with its verdict, the regime summary) and claims.tex. `missing`: the
+    claims without runs, named in the headline."""
     shown = display.claims_display(verdicts)
-    head = tables.headline(verdicts)
+    head = tables.headline(verdicts, missing)
     caption = (f"The paper's claims: paper vs ours ({head}). ours: mean over seeds of the paired change TOPAS vs the best "
                "baseline with its 95% Student-t CI; reproduced = the CI excludes 0 on the paper's side and ours >= 2/3 of "
                "the paper's; direction only = magnitude short; inconclusive = the CI covers 0 or n < 3; contradicted = the "

@@ -15,6 +15,7 @@ The computed frames stay numeric (figures and W&B read them); `claims_display`,
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,15 +53,23 @@ def verdict_at_most(ours: float, ci: float, n: int, paper: float) -> str:
     return "reproduced" if ours + ci <= paper else "contradicted" if ours - ci > paper else "inconclusive"
 
 
-def headline(v: pd.DataFrame) -> str:
+def headline(v: pd.DataFrame, missing: Sequence[str] = ()) -> str:
     """'k of n claims reproduced, d direction only, m inconclusive, j contradicted', one verdict per claim:
-    the row against the paper's baseline set (the full set's rows are in the table)."""
+    the row against the paper's baseline set (the full set's rows are in the table). `missing`: claims whose runs
+    are absent, named so that a report made from part of the runs never passes for the whole."""
+    absent = f"; not evaluated, no runs: {', '.join(missing)}" if missing else ""
     if v.empty:
-        return "no claims evaluated"
+        return "no claims evaluated" + absent
     own = v[~v["baseline_set"].eq("full set")].drop_duplicates("claim")
     c = own["verdict"].value_counts()
     return (f"{c.get('reproduced', 0)} of {len(own)} claims reproduced, {c.get('direction only', 0)} direction only, "
-            f"{c.get('inconclusive', 0)} inconclusive, {c.get('contradicted', 0)} contradicted")
+            f"{c.get('inconclusive', 0)} inconclusive, {c.get('contradicted', 0)} contradicted{absent}")
+
+
+def unevaluated(v: pd.DataFrame, claims: dict[str, Any], skip: Sequence[str] = ()) -> list[str]:
+    """The ids of the claims (less `skip`) that the verdicts `v` have no row for: their experiments' runs are absent."""
+    have = set(v["claim"]) if not v.empty else set()
+    return [c["id"] for c in claims["claims"] if c["id"] not in have and c["id"] not in skip]
 
 
 def ci95(x: np.ndarray) -> float:

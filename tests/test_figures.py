@@ -182,3 +182,15 @@ def test_the_fidelity_figure_uses_the_scheduler_colours_and_names(tmp_path):
     assert labels[:2] == ["FCFS", "TOPAS"]
     colours = {matplotlib.colors.to_hex(c.get_facecolor()[0]) for c in fig.axes[0].collections}
     assert {matplotlib.colors.to_hex(style.color(s)) for s in ("fcfs", "topas")} <= colours
+
+
+def test_a_claim_without_runs_is_named_in_the_headline_not_dropped_silently():
+    """A report made from part of the runs (one experiment's sweep in a checkout without the others) must not
+    pass for the whole: the claims it cannot evaluate are named."""
+    v = _claim_rows()
+    claims = {"claims": [{"id": "dag4_mean"}, {"id": "dag4_p99"}, {"id": "motivation_batch"}, {"id": "overhead_ms"}]}
+    missing = tables.unevaluated(v, claims, skip=("overhead_ms",))
+    assert missing == ["motivation_batch"]
+    assert tables.headline(v, missing) == ("1 of 2 claims reproduced, 1 direction only, 0 inconclusive, 0 contradicted; "
+                                           "not evaluated, no runs: motivation_batch")
+    assert tables.headline(v, tables.unevaluated(v, {"claims": [{"id": "dag4_mean"}]})).endswith("0 contradicted")
