@@ -57,7 +57,7 @@ def headline(v: pd.DataFrame, missing: Sequence[str] = ()) -> str:
     """'k of n claims reproduced, d direction only, m inconclusive, j contradicted', one verdict per claim:
     the row against the paper's baseline set (the full set's rows are in the table). `missing`: claims whose runs
     are absent, named so that a report made from part of the runs never passes for the whole."""
-    absent = f"; not evaluated, no runs: {', '.join(missing)}" if missing else ""
+    absent = f"; not evaluated (no runs here): {', '.join(missing)}" if missing else ""
     if v.empty:
         return "no claims evaluated" + absent
     own = v[~v["baseline_set"].eq("full set")].drop_duplicates("claim")

@@ -192,5 +192,5 @@ def test_a_claim_without_runs_is_named_in_the_headline_not_dropped_silently():
     missing = tables.unevaluated(v, claims, skip=("overhead_ms",))
     assert missing == ["motivation_batch"]
     assert tables.headline(v, missing) == ("1 of 2 claims reproduced, 1 direction only, 0 inconclusive, 0 contradicted; "
-                                           "not evaluated, no runs: motivation_batch")
+                                           "not evaluated (no runs here): motivation_batch")
     assert tables.headline(v, tables.unevaluated(v, {"claims": [{"id": "dag4_mean"}]})).endswith("0 contradicted")
