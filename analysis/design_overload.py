@@ -23,6 +23,7 @@ import pandas as pd
 from analysis import display, shapes, tables
 from analysis.design_sample import TOPAS, baselines_of, with_variants
 from analysis.load import ROOT, load_runs
+from topas.scheduler_sets import REFERENCES
 
 BASE = ROOT / "runs" / "design_overload"
 CELL = ["workload", "load", "num_tasks"]
@@ -39,7 +40,8 @@ def _against(g: pd.DataFrame, present: set[str], x: str, other: str) -> tuple[fl
 
 def compare(base: pd.DataFrame, variants: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per cell of the base runs: the best baseline, TOPAS's and each variant's change against it (with its
-    95% CI and verdict), and each variant's change against TOPAS with its CI (NaN where a variant lacks the cell)."""
+    95% CI and verdict), each variant's change against TOPAS with its CI (NaN where a variant lacks the cell), and,
+    where the cell has a reference row's runs (`phase_batch_nolimit`), TOPAS's and each variant's change against it."""
     bl = baselines_of(base)
     if not bl or TOPAS not in set(base["scheduler"]):
         raise ValueError("the base runs need TOPAS and at least one baseline")
@@ -57,6 +59,9 @@ def compare(base: pd.DataFrame, variants: dict[str, pd.DataFrame]) -> pd.DataFra
             if x != TOPAS:
                 change, ci, _ = _against(g, present, x, TOPAS)
                 row |= {f"{x} vs topas": change, f"{x} vs topas ci": ci}
+            for ref in (r for r in REFERENCES if r in present):  # a reference row: shown beside, never the best
+                change, ci, _ = _against(g, present, x, ref)
+                row |= {f"{x} vs {ref}": change, f"{x} vs {ref} ci": ci}
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -4,7 +4,9 @@ best baseline, per workload x host KV tier x device KV pool x offered load.
 A cell is one (workload, host tier, pool, load point). Its best baseline is the one of BASELINES
 with the lowest mean of the metric over the cell's seeds, and its value the paired per-seed change
 (TOPAS - best) / best with the 95% Student-t CI, exactly as claims.md (analysis.tables.paired_change).
-A cell is a win (loss) when the CI lies below (above) zero, a tie otherwise.
+A cell is a win (loss) when the CI lies below (above) zero, a tie otherwise. Each reference row of the
+set (REFERENCES: shown, never a baseline) is compared with TOPAS the same way, on mean JCT, beside it:
+where a naive rule beats TOPAS is where the method leaves something on the table.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from matplotlib.figure import Figure
 
 from analysis import display, latex, style, tables
 from analysis.figures import finish, new_figure
-from topas.scheduler_sets import baselines
+from topas.scheduler_sets import REFERENCES, baselines
 
 BASELINES = list(baselines("regime"))  # the baselines that are ever the best (topas/scheduler_sets.py)
 METRICS = ("jct_mean", "jct_p99")
@@ -25,6 +27,7 @@ PAPER = "paper"  # the point of a run at an absolute rate (the paper's), not a l
 KEYS = ["workload", "host", "pool", "point"]
 MARKS = {"win": " ▼", "loss": " ▲", "tie": "", "n/a": ""}  # JCT down / up, CI excluding 0
 PHASE_MARK = "†"
+REFERENCE_MARK = "‡"  # a reference row beats TOPAS in the cell (CI excluding 0)
 
 
 def _with_keys(df: pd.DataFrame) -> pd.DataFrame:
@@ -57,9 +60,11 @@ def _point_key(p: str) -> float:
 
 def cells(df: pd.DataFrame, baselines: list[str] = BASELINES) -> pd.DataFrame:
     """One row per cell with TOPAS: per metric the best baseline, the paired change, its CI,
-    the seeds paired and the verdict; plus the cell's KV pool (tokens) and arrival rate."""
+    the seeds paired and the verdict; plus the cell's KV pool (tokens) and arrival rate; and, for each
+    reference row with runs (`<ref>_change`, `_ci`, `_verdict`), TOPAS's paired change of mean JCT against it."""
     if df.empty or "topas" not in set(df["scheduler"]):
         return pd.DataFrame()
+    references = _run_references(df)
     rows = []
     for (w, host, pool, point), g in _with_keys(df).groupby(KEYS, sort=False):
         if "topas" not in set(g["scheduler"]):
@@ -71,6 +76,10 @@ def cells(df: pd.DataFrame, baselines: list[str] = BASELINES) -> pd.DataFrame:
             change, ci, n = tables.paired_change(g, w, m, "topas", best) if best else (math.nan, math.nan, 0)
             row.update({f"{m}_best": best or "", f"{m}_change": change, f"{m}_ci": ci, f"{m}_seeds": n,
                         f"{m}_verdict": verdict(change, ci, n)})
+        for ref in references:
+            change, ci, n = tables.paired_change(g, w, "jct_mean", "topas", ref) if ref in set(g["scheduler"]) else (
+                math.nan, math.nan, 0)
+            row.update({f"{ref}_change": change, f"{ref}_ci": ci, f"{ref}_verdict": verdict(change, ci, n)})
         rows.append(row)
     return _order(pd.DataFrame(rows))
 
@@ -97,8 +106,18 @@ def readable_table(c: pd.DataFrame) -> pd.DataFrame:
         out[f"{name}: TOPAS vs best"] = [display.fmt_value(x) for x in c[f"{m}_change"]]
         out[f"{name} 95% CI"] = [display.fmt_ci(x) for x in c[f"{m}_ci"]]
         out[f"{name} verdict"] = c[f"{m}_verdict"]
+    for ref in references_of(c):
+        name = f"{style.metric_label('jct_mean')}: TOPAS vs {style.label(ref)}"
+        out[name] = [display.fmt_value(x) for x in c[f"{ref}_change"]]
+        out[f"{name} 95% CI"] = [display.fmt_ci(x) for x in c[f"{ref}_ci"]]
+        out[f"{name} verdict"] = c[f"{ref}_verdict"]
     out["seeds"] = c["jct_mean_seeds"]
     return out
+
+
+def references_of(c: pd.DataFrame) -> list[str]:
+    """The reference rows `cells` compared TOPAS with."""
+    return [r for r in REFERENCES if f"{r}_change" in c]
 
 
 def table_note(df: pd.DataFrame) -> str:
@@ -107,7 +126,21 @@ def table_note(df: pd.DataFrame) -> str:
             "Student-t half-width over seeds (pp: percentage points); verdict win / loss when the CI excludes 0, tie "
             "otherwise. load: offered load as a fraction of the capacity measured with the default pool and host tier "
             "(paper: the paper's absolute rate). Loads above 1 have no steady state: the queue grows through the run, so "
-            f"JCT depends on the fixed task count. {style.caption(df)}.")
+            f"JCT depends on the fixed task count.{_reference_note(df)} {style.caption(df)}.")
+
+
+def _run_references(df: pd.DataFrame) -> list[str]:
+    """The reference rows (REFERENCES) that have runs in `df`."""
+    return [r for r in REFERENCES if r in set(df["scheduler"])]
+
+
+def _reference_note(df: pd.DataFrame) -> str:
+    refs = _run_references(df)
+    if not refs:
+        return ""
+    return (f" TOPAS vs {', '.join(style.label(r) for r in refs)}: the same paired change of mean JCT against that "
+            "reference row, which is shown, never a baseline (a naive rule: where it beats TOPAS, the method leaves "
+            "something on the table).")
 
 
 def _capacity_note(c: pd.DataFrame, df: pd.DataFrame) -> str:
@@ -126,10 +159,12 @@ def _capacity_note(c: pd.DataFrame, df: pd.DataFrame) -> str:
 
 def heatmap(df: pd.DataFrame, metric: str = "jct_mean") -> Figure | None:
     """Rows: workload x (host tier, pool); columns: load points; colour and text: the paired change
-    of `metric`, ▼ / ▲ where the CI excludes 0, † where the best baseline is phase batching."""
+    of `metric`, ▼ / ▲ where the CI excludes 0, † where the best baseline is phase batching, ‡ where a
+    reference row beats TOPAS (mean JCT)."""
     c = cells(df)
     if c.empty:
         return None
+    refs = references_of(c) if metric == "jct_mean" else []  # references are compared on mean JCT only
     rows = c[["workload", "host", "pool"]].drop_duplicates().reset_index(drop=True)
     points = sorted(set(c["point"]), key=_point_key)
     grid = np.full((len(rows), len(points)), np.nan)
@@ -142,6 +177,7 @@ def heatmap(df: pd.DataFrame, metric: str = "jct_mean") -> Figure | None:
         v = getattr(r, f"{metric}_change")
         grid[i, j] = 100 * v
         mark = MARKS[getattr(r, f"{metric}_verdict")] + (PHASE_MARK if getattr(r, f"{metric}_best") == "phase_batch" else "")
+        mark += REFERENCE_MARK if any(getattr(r, f"{ref}_verdict") == "loss" for ref in refs) else ""
         texts.append((i, j, "n/a" if v != v else f"{100 * v:+.1f}%{mark}", getattr(r, f"{metric}_verdict")))
     lim = float(np.clip(np.nanmax(np.abs(grid)) if np.isfinite(grid).any() else 10.0, 5.0, 30.0))
     ax.set_facecolor("0.93")  # cells without runs (a paper rate on a workload without one) stay grey
@@ -165,7 +201,9 @@ def heatmap(df: pd.DataFrame, metric: str = "jct_mean") -> Figure | None:
     n = sorted({int(x) for x in df["num_tasks"]}) if "num_tasks" in df else []
     extra = (f"\ncell: paired change (TOPAS - best of {', '.join(style.label(b) for b in BASELINES)}) / best, mean over seeds"
              f"\nbold ▼ / ▲: the 95% t-CI excludes 0 (win / loss); {PHASE_MARK}: the best baseline is phase batching"
-             f"\nloads > 1 have no steady state: JCT grows with the fixed task count ({'/'.join(map(str, n))} tasks per run)"
+             + (f"; {REFERENCE_MARK}: {' / '.join(style.label(x) for x in refs)} (a reference, never a baseline) beats TOPAS"
+                if refs else "")
+             + f"\nloads > 1 have no steady state: JCT grows with the fixed task count ({'/'.join(map(str, n))} tasks per run)"
              + (f"\n{_capacity_note(c, df)}" if _capacity_note(c, df) else ""))
     return finish(fig, df, f"Regime map: TOPAS vs the best baseline, {style.metric_label(metric)}", extra)
 
@@ -180,10 +218,25 @@ def verdict_summary(c: pd.DataFrame, metric: str = "jct_mean") -> pd.DataFrame:
                              f"{display.fmt_value(r[f'{metric}_change'])} vs {style.label(r[f'{metric}_best'])}"
                              for _, r in sel.iterrows()) or "-"
         counts = g[f"{metric}_verdict"].value_counts()
-        rows.append({"workload": style.workload_label(w), "cells": len(g), "wins": int(counts.get("win", 0)),
-                     "ties": int(counts.get("tie", 0)), "losses": int(counts.get("loss", 0)),
-                     "TOPAS wins": where("win"), "TOPAS loses": where("loss")})
+        row = {"workload": style.workload_label(w), "cells": len(g), "wins": int(counts.get("win", 0)),
+               "ties": int(counts.get("tie", 0)), "losses": int(counts.get("loss", 0)),
+               "TOPAS wins": where("win"), "TOPAS loses": where("loss")}
+        if metric == "jct_mean":  # the reference rows are compared on mean JCT only
+            row.update({f"vs {style.label(r)}": _against_reference(g, r) for r in references_of(c)})
+        rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _against_reference(g: pd.DataFrame, ref: str) -> str:
+    """One workload's cells against a reference row: wins / ties / losses, and the cell TOPAS does worst in."""
+    g = g[g[f"{ref}_verdict"] != "n/a"]
+    if g.empty:
+        return "-"
+    counts = g[f"{ref}_verdict"].value_counts()
+    r = g.loc[g[f"{ref}_change"].idxmax()]
+    return (f"{counts.get('win', 0)} / {counts.get('tie', 0)} / {counts.get('loss', 0)}; worst "
+            f"{_point_label(r.point, r.arrival_rate)}, host {r.host}, {_pool_label(r.pool, r.kv_pool_tokens)}: "
+            f"{display.fmt_value(r[f'{ref}_change'])}")
 
 
 def latex_table(c: pd.DataFrame, caption: str, tag: str) -> str:

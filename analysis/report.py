@@ -150,10 +150,10 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
         written["breakdown"] = report_tables.breakdown_table(main, sorted(best | {"topas", "fcfs"}), t)
     written["regime"] = report_tables.regime_table(runs["regime"], t)
     verdicts = claim_verdicts(runs, claims)
+    missing = tables.unevaluated(verdicts, claims, skip=WALLCLOCK_CLAIMS) if not verdicts.empty else []
     if not verdicts.empty:
         # decision times are wall clock: they differ on every run, so they go to wallclock/ (not committed)
         timed = verdicts["claim"].isin(WALLCLOCK_CLAIMS)
-        missing = tables.unevaluated(verdicts, claims, skip=WALLCLOCK_CLAIMS)
         written["claims"] = report_tables.claims_table(verdicts[~timed], main, runs["regime"], t, missing)
         if timed.any():
             display.write_table(out / "wallclock", "claims_wallclock", display.claims_display(verdicts[timed]),
@@ -174,7 +174,7 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
         display.append_section(out, "claims", provenance.claims_section(made_by))
     figs = {k: figures.save(f, out / f"{k}.png") for k, f in make_figures(runs, verdicts, claims).items()}
     report_tables.failed_table(failed, t)
-    print_summary(verdicts, claims)
+    print_summary(verdicts, missing)
     if fidelity:
         print(f"Simulator fidelity: {fidelity}")
     for e, text in made_by.items():
@@ -189,13 +189,13 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
     return verdicts, failed
 
 
-def print_summary(v: pd.DataFrame, claims: dict[str, Any] | None = None) -> None:
+def print_summary(v: pd.DataFrame, missing: list[str]) -> None:
+    """The claims table and the headline; `missing`: the claims without runs (`tables.unevaluated`)."""
     if v.empty:
         print("no claims evaluated (no runs found)")
         return
     print(display.claims_display(v)[["claim", "baselines", "vs", "paper", "ours", "95% CI", "seeds", "verdict"]]
           .to_string(index=False))
-    missing = tables.unevaluated(v, claims or tables.load_claims(), skip=WALLCLOCK_CLAIMS)
     print(tables.headline(v[~v["claim"].isin(WALLCLOCK_CLAIMS)], missing) + " (against the paper's baseline set)")
 
 

@@ -109,7 +109,8 @@ def claims_table(verdicts: pd.DataFrame, main: pd.DataFrame, regime_runs: pd.Dat
     if not c.empty:  # the verdict by regime: where TOPAS wins, ties and loses
         display.append_section(t.out, "claims", "\n## Where TOPAS wins, ties and loses (regime map, mean JCT)\n\n"
                                "Cells of the regime map (regime.md, regime.png) per workload; win / loss: the 95% CI of the "
-                               "paired change vs the cell's best baseline excludes 0.\n\n"
+                               "paired change vs the cell's best baseline excludes 0. vs a reference row (shown, never a "
+                               "baseline): TOPAS's wins / ties / losses against it, paired the same way, and its worst cell.\n\n"
                                + display.to_markdown(regime.verdict_summary(c)) + "\n")
     return shown
 

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from analysis import display, style, tables
 from analysis.figures import finish, new_figure
+from topas.scheduler_sets import REFERENCES
 
 
 def verdict(change: float, ci: float, n: int) -> str:
@@ -28,7 +29,7 @@ def verdict(change: float, ci: float, n: int) -> str:
         return "n/a"
     return "win" if change + ci < 0 else "loss" if change - ci > 0 else "tie"
 
-REFERENCE = ("phase_batch_nolimit",)  # labelled reference rows: compared, never the best of the others
+REFERENCE = REFERENCES  # labelled reference rows (topas/scheduler_sets.py): compared, never the best of the others
 VERDICT_COLORS = {"win": "#2a9d3f", "tie": "0.55", "loss": "#d62728", "n/a": "0.85"}
 LOAD_MARKERS = {0.5: "o", 0.8: "s", 1.1: "^"}
 

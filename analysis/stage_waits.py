@@ -6,7 +6,7 @@ see which calls a scheduler makes wait (docs/decisions/0022, 0028, 0029); not pa
     python -m analysis.stage_waits runs/design_shapes runs/design_myvariant --workload shape_d6 --load 1.1 \\
         --seed 100 --scheduler topas spf --value miss
 
-`--value miss` shows each stage's uncached agent-prefix tokens per call instead (prefix - prefix hit), and
+`--value miss` shows each stage's uncached agent-prefix tokens per call instead (`prefix_miss`), and
 `--value service` its mean service seconds. `--value engine` shows, instead of stages, what the engine did in
 those runs (mean batch, cache hit rate, prefill tokens computed, bytes swapped in, preemptions; `engine_table`):
 whether a scheduler's JCT comes from its order or from its throughput. A scheduler met in several folders is
@@ -29,12 +29,20 @@ VALUES = {"wait": "wait_s", "miss": "prefix_miss", "service": "service_s"}  # pe
 ENGINE = ("mean_batch_size", "cache_hit_rate", "prefill_tokens_computed", "swap_in_bytes", "preemptions")
 
 
+def prefix_miss(requests: pd.DataFrame) -> pd.Series:
+    """Per call, the agent-prefix tokens found in neither cache tier at its first admission. A hit covers the prompt
+    from its start, which is the agent prefix, and may run on into the call's cached history: only the prefix's
+    part counts, never below 0 (the device hit alone once gave -1,255 tokens on MetaGPT-TL's Architect turns)."""
+    hit = requests["prefix_hit_tokens"] + (requests["host_hit_tokens"] if "host_hit_tokens" in requests else 0)
+    return (requests["prefix_tokens"] - hit).clip(lower=0)
+
+
 def stage_summary(requests: pd.DataFrame) -> pd.DataFrame:
     """One run's requests -> per stage: its calls, mean wait, service and uncached prefix tokens, and its mean
     offset from its task's first ready call (the stage order)."""
     r = requests.assign(
         wait_s=requests["first_admit"] - requests["ready"],
-        prefix_miss=requests["prefix_tokens"] - requests["prefix_hit_tokens"],
+        prefix_miss=prefix_miss(requests),
         offset_s=requests["ready"] - requests.groupby("task_id")["ready"].transform("min"))
     return r.groupby("stage").agg(calls=("rid", "count"), wait_s=("wait_s", "mean"), service_s=("service_s", "mean"),
                                   prefix_miss=("prefix_miss", "mean"), offset_s=("offset_s", "mean"))

@@ -27,6 +27,9 @@ def test_each_task_count_is_its_own_cell_scored_against_its_best_baseline_never_
     assert c.loc[200, "v vs best"] == pytest.approx(-0.05, abs=1e-2) and c.loc[200, "v verdict"] == "win"
     assert c.loc[200, "v vs topas"] == pytest.approx(190 / 220 - 1, abs=1e-2)
     assert math.isnan(c.loc[80, "v vs best"]) and c.loc[80, "v verdict"] == "n/a"  # the variant lacks the cell
+    # the reference row is shown beside: TOPAS 1.1 x the best against the reference's 50
+    assert c.loc[80, "topas vs phase_batch_nolimit"] == pytest.approx(110 / 50 - 1, abs=1e-2)
+    assert c.loc[200, "v vs phase_batch_nolimit"] == pytest.approx(190 / 50 - 1, abs=1e-2)
 
 
 def test_base_runs_without_topas_are_refused():

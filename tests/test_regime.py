@@ -30,8 +30,8 @@ def test_full_grid_is_every_load_cell_plus_the_papers_rates_on_the_host_pool_cub
     assert {j["regime_point"] for j in jobs} == cells
     assert {j["backend.host_cache_ratio"] for j in jobs} == {"2.0", "0"}
     assert {j["backend.mem_fraction_static"] for j in jobs} == {"null", "0.875"}
-    assert {j["scheduler"] for j in jobs} == {"parrot_fcfs", "spf", "lpm", "phase_batch", "topas"}
-    assert len(jobs) == len(cells) * 2 * 2 * 5 * 10  # seeds 0-9, nothing doubled
+    assert {j["scheduler"] for j in jobs} == {"parrot_fcfs", "spf", "lpm", "phase_batch", "topas", "phase_batch_nolimit"}
+    assert len(jobs) == len(cells) * 2 * 2 * 6 * 10  # seeds 0-9, nothing doubled
     assert len({tuple(sorted(j.items())) for j in jobs}) == len(jobs)
     # a cell sets exactly one of load / arrival_rate, and picks its workload
     paper = compose_config(["+experiment=regime", "+regime_point=metagpt_tl_paper"]).workload
@@ -133,3 +133,30 @@ def test_verdict_summary_counts_and_names_the_cells_won_and_lost():
     assert (dag4["cells"], dag4["wins"], dag4["ties"], dag4["losses"]) == (4, 2, 0, 2)
     assert "1.3, host on" in dag4["TOPAS loses"] and "0.5, host on" in dag4["TOPAS wins"]
     assert s.loc["MetaGPT-SOP", "cells"] == 2
+
+
+def test_a_reference_row_is_compared_with_topas_beside_the_best_baseline_and_is_never_the_best():
+    df = _synthetic()
+    topas = df[df["scheduler"] == "topas"]
+    # the reference: 10% below TOPAS in the SOP cells, far above it (so never a candidate for best) elsewhere
+    sop = topas["workload"] == "metagpt_sop"
+    ref = topas.assign(scheduler="phase_batch_nolimit",
+                       jct_mean=np.where(sop, topas["jct_mean"] * 0.9, topas["jct_mean"] * 1.5 + 50))
+    c = regime.cells(pd.concat([df, ref])).set_index(["workload", "host", "point"])
+    sop_cell, dag4_cell = c.loc[("metagpt_sop", "on", "paper")], c.loc[("dag4", "on", "0.5")]
+    assert sop_cell["jct_mean_best"] != "phase_batch_nolimit"  # a reference is shown, never the best baseline
+    assert sop_cell["phase_batch_nolimit_verdict"] == "loss" and dag4_cell["phase_batch_nolimit_verdict"] == "win"
+    cell = pd.concat([df, ref])
+    cell = cell[(cell["workload"] == "metagpt_sop") & (cell["host_cache_ratio"] == 2.0)]
+    want = tables.paired_change(cell, "metagpt_sop", "jct_mean", "topas", "phase_batch_nolimit")
+    assert np.isclose(sop_cell["phase_batch_nolimit_change"], want[0])
+    tab = regime.readable_table(regime.cells(pd.concat([df, ref])))
+    assert "mean JCT: TOPAS vs phase batching (no limit) verdict" in tab.columns
+    summary = regime.verdict_summary(regime.cells(pd.concat([df, ref]))).set_index("workload")
+    assert summary.loc["MetaGPT-SOP", "vs phase batching (no limit)"].startswith("0 / 0 / 2; worst paper")
+    assert summary.loc["DAG-4", "vs phase batching (no limit)"].startswith("4 / 0 / 0")
+    texts = [t.get_text() for t in regime.heatmap(pd.concat([df, ref])).axes[0].texts]
+    assert sum("‡" in t for t in texts) == 2  # the two SOP cells, where the reference beats TOPAS
+    assert not any("‡" in t for t in (x.get_text() for x in regime.heatmap(df).axes[0].texts))
+    # without reference runs, no reference columns
+    assert "phase_batch_nolimit_change" not in regime.cells(df) and "vs phase batching (no limit)" not in regime.verdict_summary(regime.cells(df))

@@ -24,6 +24,9 @@ def test_stage_summary_waits_misses_and_order():
     assert s.loc["z_first", "wait_s"] == 2.0 and s.loc["a_second", "wait_s"] == 3.0
     assert s.loc["z_first", "prefix_miss"] == 50.0 and s.loc["a_second", "prefix_miss"] == 30.0
     assert s.loc["z_first", "calls"] == 2
+    # a hit that runs on into the call's cached history counts for the prefix only; a host hit is a hit
+    long_hit = r.assign(prefix_hit_tokens=[100, 900, 0, 40], host_hit_tokens=[0, 0, 60, 0])
+    assert list(stage_waits.prefix_miss(long_hit)) == [0, 0, 40, 60]
     # ready 3 and 5 s after the task's first call: the second stage, whatever its name sorts as
     assert list(s.sort_values("offset_s").index) == ["z_first", "a_second"]
 

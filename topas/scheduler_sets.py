@@ -5,7 +5,7 @@
 |---|---|---|
 | `paper` | the paper's five baselines and TOPAS, in the paper's order | load sweep, KV budget, overhead, the real-engine grids, the "paper set" claims, the figures' paper rows and colours |
 | `full` | `paper` + every other scheduler of the project but TOPAS's ablations | main comparison, shape family, the "full set" claims |
-| `regime` | the baselines that are ever the best of a cell, and TOPAS | the regime map |
+| `regime` | the baselines that are ever the best of a cell, TOPAS and the reference rows | the regime map, the development loop's paper-workload checks |
 | `ablation` | TOPAS's ablation variants and TOPAS | the ablation |
 
 A set's *baselines* (`baselines`) are its schedulers less TOPAS, its ablation variants and the labelled reference
@@ -24,7 +24,7 @@ REFERENCES = ("phase_batch_nolimit",)  # the no-limit reference row of phase_bat
 SETS: dict[str, tuple[str, ...]] = {
     "paper": (*PAPER_BASELINES, TOPAS),
     "full": (*PAPER_BASELINES, TOPAS, "kvflow", "dfs_weight", "continuum_ttl", "phase_batch", *REFERENCES),
-    "regime": ("parrot_fcfs", "spf", "lpm", "phase_batch", TOPAS),
+    "regime": ("parrot_fcfs", "spf", "lpm", "phase_batch", TOPAS, *REFERENCES),
     "ablation": ("topas_base", "topas_no_aging", "topas_no_reuse", "topas_no_context", "topas_no_remaining_work", TOPAS),
 }
 
