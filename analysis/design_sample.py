@@ -23,6 +23,7 @@ import pandas as pd
 
 from analysis import display, shapes, tables
 from analysis.load import ROOT, load_runs
+from topas.scheduler_sets import REFERENCES
 
 TOPAS = "topas"
 BASE = ROOT / "runs" / "design_shapes"
@@ -30,7 +31,7 @@ BASE = ROOT / "runs" / "design_shapes"
 
 def baselines_of(base: pd.DataFrame) -> list[str]:
     """The baselines the sample was run with: every scheduler but TOPAS and the reference rows."""
-    return sorted(set(base["scheduler"]) - {TOPAS} - set(shapes.REFERENCE))
+    return sorted(set(base["scheduler"]) - {TOPAS} - set(REFERENCES))
 
 
 def variant_cells(base: pd.DataFrame, runs: pd.DataFrame, name: str, bl: list[str]) -> pd.DataFrame:

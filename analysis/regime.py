@@ -67,7 +67,8 @@ def cells(df: pd.DataFrame, baselines: list[str] = BASELINES) -> pd.DataFrame:
     references = _run_references(df)
     rows = []
     for (w, host, pool, point), g in _with_keys(df).groupby(KEYS, sort=False):
-        if "topas" not in set(g["scheduler"]):
+        present = set(g["scheduler"])
+        if "topas" not in present:
             continue
         row = {"workload": w, "host": host, "pool": pool, "point": point, "kv_pool_tokens": g["kv_pool_tokens"].median(),
                "arrival_rate": g["arrival_rate"].mean()}
@@ -77,7 +78,7 @@ def cells(df: pd.DataFrame, baselines: list[str] = BASELINES) -> pd.DataFrame:
             row.update({f"{m}_best": best or "", f"{m}_change": change, f"{m}_ci": ci, f"{m}_seeds": n,
                         f"{m}_verdict": verdict(change, ci, n)})
         for ref in references:
-            change, ci, n = tables.paired_change(g, w, "jct_mean", "topas", ref) if ref in set(g["scheduler"]) else (
+            change, ci, n = tables.paired_change(g, w, "jct_mean", "topas", ref) if ref in present else (
                 math.nan, math.nan, 0)
             row.update({f"{ref}_change": change, f"{ref}_ci": ci, f"{ref}_verdict": verdict(change, ci, n)})
         rows.append(row)

@@ -150,7 +150,7 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
         written["breakdown"] = report_tables.breakdown_table(main, sorted(best | {"topas", "fcfs"}), t)
     written["regime"] = report_tables.regime_table(runs["regime"], t)
     verdicts = claim_verdicts(runs, claims)
-    missing = tables.unevaluated(verdicts, claims, skip=WALLCLOCK_CLAIMS) if not verdicts.empty else []
+    missing = tables.unevaluated(verdicts, claims, skip=WALLCLOCK_CLAIMS)
     if not verdicts.empty:
         # decision times are wall clock: they differ on every run, so they go to wallclock/ (not committed)
         timed = verdicts["claim"].isin(WALLCLOCK_CLAIMS)

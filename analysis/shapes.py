@@ -2,7 +2,7 @@
 
 A cell is one (shape, load). For a scheduler X, the cell's *best other* is the scheduler with the
 lowest mean JCT over the cell's seeds among the baselines (the paper's and the extra set,
-analysis/paper_claims.yaml) and TOPAS, X left out; the reference rows (REFERENCE) are compared but
+analysis/paper_claims.yaml) and TOPAS, X left out; the reference rows (REFERENCES) are compared but
 are never anyone's best. X's value in the cell is the paired per-seed change (X - best) / best with
 its 95% Student-t CI (analysis.tables.paired_change); a win (loss) when the CI lies below (above)
 zero, a tie otherwise, n/a below 3 seeds (no CI: the protocol's rule). For TOPAS the others are the baselines only, so
@@ -29,7 +29,6 @@ def verdict(change: float, ci: float, n: int) -> str:
         return "n/a"
     return "win" if change + ci < 0 else "loss" if change - ci > 0 else "tie"
 
-REFERENCE = REFERENCES  # labelled reference rows (topas/scheduler_sets.py): compared, never the best of the others
 VERDICT_COLORS = {"win": "#2a9d3f", "tie": "0.55", "loss": "#d62728", "n/a": "0.85"}
 LOAD_MARKERS = {0.5: "o", 0.8: "s", 1.1: "^"}
 
@@ -53,7 +52,7 @@ def with_shapes(df: pd.DataFrame) -> pd.DataFrame:
 
 def _others(present: set[str], x: str, baselines: list[str]) -> list[str]:
     pool = set(baselines) | ({"topas"} if x != "topas" else set())
-    return sorted((pool & present) - {x} - set(REFERENCE))
+    return sorted((pool & present) - {x} - set(REFERENCES))
 
 
 def cells(df: pd.DataFrame, baselines: list[str], schedulers: list[str] | None = None) -> pd.DataFrame:
@@ -189,7 +188,7 @@ def write(runs: pd.DataFrame, t, baselines: list[str]) -> tuple[pd.DataFrame, pd
     s = standings(c)
     where = style.caption(runs).replace(" | ", "; ")
     note = NOTE.format(baselines=", ".join(style.label(b) for b in baselines),
-                       reference=", ".join(style.label(r) for r in REFERENCE), caption=where)
+                       reference=", ".join(style.label(r) for r in REFERENCES), caption=where)
     table = cell_table(c)
     title = "Shape family: TOPAS vs the best baseline per shape and load"
     t.write("shapes", table, title, note, latex.render(
