@@ -53,13 +53,14 @@ def compare(base: pd.DataFrame, variants: dict[str, pd.DataFrame]) -> pd.DataFra
         if best is None or TOPAS not in present:
             continue
         row = dict(zip(CELL, key), best=best)
+        refs = [r for r in REFERENCES if r in present]  # reference rows: shown beside, never the best
         for x in (TOPAS, *variants):
             change, ci, verdict = _against(g, present, x, best)
             row |= {f"{x} vs best": change, f"{x} vs best ci": ci, f"{x} verdict": verdict}
             if x != TOPAS:
                 change, ci, _ = _against(g, present, x, TOPAS)
                 row |= {f"{x} vs topas": change, f"{x} vs topas ci": ci}
-            for ref in (r for r in REFERENCES if r in present):  # a reference row: shown beside, never the best
+            for ref in refs:
                 change, ci, _ = _against(g, present, x, ref)
                 row |= {f"{x} vs {ref}": change, f"{x} vs {ref} ci": ci}
         rows.append(row)

@@ -200,12 +200,13 @@ def heatmap(df: pd.DataFrame, metric: str = "jct_mean") -> Figure | None:
     ax.grid(False)
     fig.colorbar(im, ax=ax, shrink=0.6, label=f"{style.metric_label(metric)}: TOPAS vs best baseline (%)")
     n = sorted({int(x) for x in df["num_tasks"]}) if "num_tasks" in df else []
+    capacity = _capacity_note(c, df)
     extra = (f"\ncell: paired change (TOPAS - best of {', '.join(style.label(b) for b in BASELINES)}) / best, mean over seeds"
              f"\nbold ▼ / ▲: the 95% t-CI excludes 0 (win / loss); {PHASE_MARK}: the best baseline is phase batching"
              + (f"; {REFERENCE_MARK}: {' / '.join(style.label(x) for x in refs)} (a reference, never a baseline) beats TOPAS"
                 if refs else "")
              + f"\nloads > 1 have no steady state: JCT grows with the fixed task count ({'/'.join(map(str, n))} tasks per run)"
-             + (f"\n{_capacity_note(c, df)}" if _capacity_note(c, df) else ""))
+             + (f"\n{capacity}" if capacity else ""))
     return finish(fig, df, f"Regime map: TOPAS vs the best baseline, {style.metric_label(metric)}", extra)
 
 
