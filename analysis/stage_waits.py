@@ -8,7 +8,8 @@ see which calls a scheduler makes wait (docs/decisions/0022, 0028, 0029); not pa
 
 `--value miss` shows each stage's uncached agent-prefix tokens per call instead (`prefix_miss`), and
 `--value service` its mean service seconds. `--value engine` shows, instead of stages, what the engine did in
-those runs (mean batch, cache hit rate, prefill tokens computed, bytes swapped in, preemptions; `engine_table`):
+those runs (mean batch, cache hit rate, prefill tokens computed, bytes swapped in, preemptions, and the share of
+task histories left idle past the cache's turnover; `engine_table`):
 whether a scheduler's JCT comes from its order or from its throughput. A scheduler met in several folders is
 labelled by its folder. Stages are in the order their calls become ready within a task.
 """
@@ -35,6 +36,18 @@ def prefix_miss(requests: pd.DataFrame) -> pd.Series:
     part counts, never below 0 (the device hit alone once gave -1,255 tokens on MetaGPT-TL's Architect turns)."""
     hit = requests["prefix_hit_tokens"] + (requests["host_hit_tokens"] if "host_hit_tokens" in requests else 0)
     return (requests["prefix_tokens"] - hit).clip(lower=0)
+
+
+def history_outlived(requests: pd.DataFrame, pool_tokens: float, makespan_s: float) -> float:
+    """The share of an agent's task histories that sit idle longer than the cache's turnover time (the pool over
+    the tokens computed per second) between that agent's call in a task and the admission of its next call in the
+    same task; NaN where no agent calls twice in a task. Histories an order lets outlive the turnover are the ones
+    an LRU cache has likely evicted, and are computed again (docs/decisions/0044)."""
+    turnover = pool_tokens / (requests["computed_tokens"].sum() / makespan_s)
+    r = requests.sort_values("finish")
+    previous = r.groupby(["task_id", "agent"])["finish"].shift(1)
+    idle = (r["admit"] - previous).dropna()
+    return float((idle > turnover).mean()) if len(idle) else float("nan")
 
 
 def stage_summary(requests: pd.DataFrame) -> pd.DataFrame:
@@ -71,8 +84,10 @@ def stage_table(runs: pd.DataFrame, value: str = "wait_s") -> pd.DataFrame:
 
 def engine_table(runs: pd.DataFrame) -> pd.DataFrame:
     """A row per `label` of `runs` (as `stage_table`'s): its mean JCT, p99 JCT and makespan, then the engine figures
-    of its run summaries (ENGINE), each averaged over the label's runs (seeds)."""
-    return _by_label(runs, ["jct_mean", "jct_p99", "makespan_s", *ENGINE])[1]
+    of its run summaries (ENGINE) and `history_outlived` of its requests, each averaged over the label's runs."""
+    outlived = [history_outlived(load_requests(r.run_dir), r.kv_pool_tokens, r.makespan_s) for r in runs.itertuples()]
+    return _by_label(runs.assign(history_outlived=outlived), ["jct_mean", "jct_p99", "makespan_s", *ENGINE,
+                                                             "history_outlived"])[1]
 
 
 def select(runs: pd.DataFrame, workload: str, load: float | None, seeds: list[int] | None,
@@ -129,7 +144,8 @@ def _engine_display(table: pd.DataFrame) -> pd.DataFrame:
     out = table.assign(prefill_tokens_computed=table["prefill_tokens_computed"] / 1e3,
                        swap_in_bytes=table["swap_in_bytes"] / 1e9)
     out = out.rename(columns={"prefill_tokens_computed": "prefill_k_tokens", "swap_in_bytes": "swap_in_GB"})
-    return out.round(1).assign(cache_hit_rate=table["cache_hit_rate"].round(3))
+    return out.round(1).assign(cache_hit_rate=table["cache_hit_rate"].round(3),
+                               history_outlived=table["history_outlived"].round(3))
 
 
 if __name__ == "__main__":

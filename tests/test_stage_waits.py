@@ -70,3 +70,16 @@ def test_the_engine_table_averages_each_labels_run_summaries(main_runs, capsys):
     stage_waits.main([str(main_runs), "--workload", "dag4", "--value", "engine"])
     out = capsys.readouterr().out
     assert "swap_in_GB" in out and "prefill_k_tokens" in out and "| topas" in out and "| fcfs" in out
+
+
+def test_history_outlived_counts_same_agent_histories_idle_past_the_cache_turnover():
+    # 100 tokens computed over 10 s into a 1,000-token pool: the cache turns over in 100 s
+    cols = ["task_id", "agent", "admit", "finish", "computed_tokens"]
+    r = pd.DataFrame([(0, "A", 210.0, 230.0, 10), (0, "A", 0.0, 5.0, 40),    # A's history idle 205 s: outlived
+                      (0, "B", 6.0, 10.0, 20), (0, "B", 50.0, 60.0, 10),    # B's idle 40 s: kept
+                      (1, "A", 1.0, 8.0, 20)], columns=cols)                 # one call: no history reused
+    assert stage_waits.history_outlived(r, 1000, 10.0) == 0.5
+    # a pool ten times larger turns over in 1,000 s: nothing outlives it
+    assert stage_waits.history_outlived(r, 10000, 10.0) == 0.0
+    single = r[r["task_id"] == 1]
+    assert pd.isna(stage_waits.history_outlived(single, 1000, 10.0))
