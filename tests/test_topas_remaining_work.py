@@ -24,20 +24,20 @@ def test_the_reference_is_the_scored_tasks_mean_and_running_tasks_get_a_factor_t
 
 
 def test_the_breakdown_carries_the_factor_as_its_own_part_of_j_admit():
-    from test_topas_opening_congestion import _problem
+    from test_topas_opening_cost import _problem
 
     p = _problem()
-    # a1: weight 2.0 = aging 1.0 x congestion 1.0 x factor 2.0; its gain 8.0 is a plain path drop of 4.0
+    # a1: weight 2.0 = aging 1.0 x factor 2.0; its gain 8.0 is a plain path drop of 4.0
     p.task_aging = {**p.task_aging, 1: 2.0}
     p.task_remaining_work = {1: 2.0}
     b = score_state(p, frozenset("a"), ["a1"], {"a1": 8.0}, 1500)
-    assert (b.j_admit, b.aging, b.congestion, b.remaining_work) == pytest.approx((8.0, 0.0, 0.0, 4.0))
-    # a2: weight 0.25 = aging 1.0 x congestion 0.5 x factor 0.5; gain 1.0, plain 4.0
-    p.task_aging = {**p.task_aging, 2: 0.25}
+    assert (b.j_admit, b.aging, b.remaining_work) == pytest.approx((8.0, 0.0, 4.0))
+    # a2: weight 0.75 = aging 1.5 x factor 0.5; gain 3.0, plain 4.0, aged 6.0
+    p.task_aging = {**p.task_aging, 2: 0.75}
     p.task_remaining_work = {2: 0.5}
-    b = score_state(p, frozenset("a"), ["a2"], {"a2": 1.0}, 1500)
-    assert (b.j_admit, b.aging, b.congestion, b.remaining_work) == pytest.approx((1.0, 0.0, -2.0, -1.0))
-    assert b.j_admit == pytest.approx(4.0 + b.aging + b.congestion + b.remaining_work)
+    b = score_state(p, frozenset("a"), ["a2"], {"a2": 3.0}, 1500)
+    assert (b.j_admit, b.aging, b.remaining_work) == pytest.approx((3.0, 2.0, -3.0))
+    assert b.j_admit == pytest.approx(4.0 + b.aging + b.remaining_work)
 
 
 def _two_tasks_view():

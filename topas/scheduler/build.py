@@ -6,8 +6,7 @@ task inputs (docs/topas.md, "State and decision").
 - per agent of the active pool (running, waiting, or one hop downstream of a running stage) its
   `AgentOption`: prefix length, whether running calls force it resident, its move-in, its reuse count;
 - the tasks with an overdue call (scored outside R' too);
-- each task's congestion discount, remaining-work factor and the opening cost's inputs (`congestion_factors`,
-  `remaining_work_factors`, `opening_inputs`);
+- each task's remaining-work factor and the opening cost's inputs (`remaining_work_factors`, `opening_inputs`);
 - each scored call's cached context value (`context_values`);
 - the preemption candidates with their J_redo and J_revoke (`preemption_candidates`).
 """
@@ -53,21 +52,6 @@ def scored_tasks(view: SchedulerView, waiting_by_task: dict[int, list[RequestInf
         if len(picked) >= MIN_SCORED and need > view.kv_pool_tokens:
             break
     return picked
-
-
-def congestion_factors(view: SchedulerView, e: DecisionEstimates, remaining_s: Mapping[int, float],
-                       arrival_key: dict[int, tuple[float, int]]) -> dict[int, float]:
-    """Each task's congestion discount (score.congestion): the remaining work of the older tasks (by arrival)
-    against the call-seconds the pool serves in one W (B / the mean d_r of the running and waiting calls, x W).
-    `remaining_s`: the estimated remaining service of each task the decision reads (running or scored);
-    `arrival_key`: as `by_arrival`'s."""
-    mean_d = max(sum(e.kv.values()) / max(len(e.kv), 1), 1.0)  # e.kv: every running and waiting call
-    capacity = max(view.kv_pool_tokens / mean_d, 1.0) * e.wait_s
-    out, ahead = {}, 0.0
-    for t in by_arrival(view, remaining_s, arrival_key):
-        out[t] = S.congestion(ahead, capacity)
-        ahead += remaining_s[t]
-    return out
 
 
 def remaining_work_factors(remaining_s: Mapping[int, float], scored: Iterable[int]) -> dict[int, float]:
@@ -130,8 +114,7 @@ def overdue_tasks(view: SchedulerView, scored: set[int], waiting_by_task, e: Dec
 
 def build_problem(view: SchedulerView, e: DecisionEstimates, est: Estimator, p: TopasParams, scored_waiting: Mapping[int, list[RequestInfo]],
                   reuse_n: dict[str, int], chain, aging: Mapping[int, float], running=None, overdue=frozenset(),
-                  congestion: Mapping[int, float] | None = None, context: Mapping[str, float] | None = None,
-                  remaining_work: Mapping[int, float] | None = None) -> Problem:
+                  context: Mapping[str, float] | None = None, remaining_work: Mapping[int, float] | None = None) -> Problem:
     """The search problem over the scored waiting calls (only these can be admitted by the plan)."""
     forced = {r.agent for r in view.running}
     pool = forced | {r.agent for r in view.waiting} | {a for a, n in reuse_n.items() if n > 0}
@@ -162,7 +145,6 @@ def build_problem(view: SchedulerView, e: DecisionEstimates, est: Estimator, p: 
         max_actions=p.K,
         beta=p.beta if p.use_reuse else 0.0,
         task_aging=aging,
-        task_congestion=congestion or {},
         task_remaining_work=remaining_work or {},
         context_s=context or {},
         running=running,

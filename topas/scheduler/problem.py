@@ -80,15 +80,13 @@ class Candidates(Sequence):
 
 
 class ScoreBreakdown(NamedTuple):  # a tuple: built for every candidate state
-    """Every term of a state's score (seconds). `j_admit` carries each task's weight (aging x congestion x
-    remaining-work factor); `aging` is the part of it that aging adds (over the plain path drops of the admitted
-    calls), `congestion` the part the congestion discount takes off (<= 0), `remaining_work` the part the
-    remaining-work factor adds or takes off (score.remaining_work) and `context` the part the admitted calls'
-    cached context adds (score.context_value). `j_hold`: the opening cost."""
+    """Every term of a state's score (seconds). `j_admit` carries each task's weight (aging x remaining-work
+    factor); `aging` is the part of it that aging adds (over the plain path drops of the admitted calls),
+    `remaining_work` the part the remaining-work factor adds or takes off (score.remaining_work) and `context` the
+    part the admitted calls' cached context adds (score.context_value). `j_hold`: the opening cost."""
 
     j_admit: float = 0.0
     aging: float = 0.0
-    congestion: float = 0.0
     remaining_work: float = 0.0
     context: float = 0.0
     j_hold: float = 0.0
@@ -116,8 +114,7 @@ class Problem:
     swap_s_per_token: float
     max_actions: int  # K
     beta: float = 1.0  # V_reuse weight (0: the term is off)
-    task_aging: Mapping[int, float] = field(default_factory=dict)  # each scored task's weight: g_i(t) x congestion x f_i
-    task_congestion: Mapping[int, float] = field(default_factory=dict)  # its congestion discount (1: none)
+    task_aging: Mapping[int, float] = field(default_factory=dict)  # each scored task's weight: g_i(t) x f_i
     task_remaining_work: Mapping[int, float] = field(default_factory=dict)  # its remaining-work factor f_i (1: none)
     context_s: Mapping[str, float] = field(default_factory=dict)  # each scored call's context value (in its chain's gains)
     running: Callable[[], Sequence[RunningOption]] | None = None  # preemption candidates, computed on demand

@@ -23,13 +23,6 @@ def aging(now: float, arrival: float, rho: float, h_age: float) -> float:
     return 1.0 + rho * math.log1p(max(now - arrival, 0.0) / h_age)
 
 
-def congestion(ahead_s: float, capacity_s: float) -> float:
-    """The share of a task's admission gain that is real when older tasks' remaining work `ahead_s` (call-
-    seconds) exceeds what the pool serves in one expected wait (`capacity_s`): its later calls queue behind
-    that work whatever is admitted now, so starting it early saves less than W. 1 when nothing binds."""
-    return 1.0 if ahead_s <= capacity_s else capacity_s / ahead_s
-
-
 def remaining_work(remaining_s: float, reference_s: float) -> float:
     """A task's weight for finishing soon: the reference remaining work over the task's own (Smith's rule, the c-mu
     index with a holding cost of one per task-second). Serving a call of a task with less work left brings its
@@ -58,7 +51,7 @@ def context_value(reload_s: float, weight: float) -> float:
     """What admitting a waiting call now saves when part of its prompt beyond the agent prefix (its conversation
     history, upstream outputs) is cached: left waiting, that context may be evicted and reloaded later (`reload_s`:
     recomputed without a host tier, transferred back with one). The reload occupies the engine, so it delays every
-    task the decision reads: `weight` is the sum of their weights (aging x congestion x remaining work), the unit of J_admit."""
+    task the decision reads: `weight` is the sum of their weights (aging x remaining work), the unit of J_admit."""
     return reload_s * weight
 
 
@@ -97,13 +90,12 @@ def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gain
     agents = p.agents
     on_gpu, reuse = p.agent_terms()
     in_order = sorted(resident)  # float sums in a fixed order: a set's order follows the string hash seed
-    ctx, weight, cong, agent_of, task_of = p.context_s.get, p.task_aging.get, p.task_congestion.get, p.request_agent, p.request_task
+    ctx, weight, agent_of, task_of = p.context_s.get, p.task_aging.get, p.request_agent, p.request_task
     work = p.task_remaining_work.get
     tasks_of: dict[str, set[int]] = {}  # agent -> tasks of its admitted calls
     # per admitted call, in admit order (one pass: the sums below read these lists): its context value, its
-    # weighted path drop (gains are weighted path drops + context), that drop with aging and congestion only,
-    # with aging only, and unweighted
-    contexts, path, discounted, aged, plain = [], [], [], [], []
+    # weighted path drop (gains are weighted path drops + context), that drop with aging only, and unweighted
+    contexts, path, aged, plain = [], [], [], []
     for rid in admit:
         t, c = task_of[rid], ctx(rid, 0.0)
         tasks_of.setdefault(agent_of[rid], set()).add(t)
@@ -111,8 +103,7 @@ def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gain
         f = work(t, 1.0)
         contexts.append(c)
         path.append(g)
-        discounted.append(g / f)
-        aged.append(g / (cong(t, 1.0) * f))
+        aged.append(g / f)
         plain.append(g / weight(t, 1.0))
     moves = [(agents[a].move_in_s, len(tasks_of.get(a, ()))) for a in in_order if not agents[a].on_gpu]
     out_tokens = sum([n for a, n in on_gpu if a not in resident])
@@ -124,10 +115,9 @@ def score_state(p: Problem, resident: frozenset[str], admit: Sequence[str], gain
         redo += r.redo_s
         revoke += r.revoke()
     margin = sum([r.margin * (r.redo_s + r.revoke()) for r in preempt]) if preempt else 0  # 0: sum([])
-    context, weighted, by_age, undiscounted = sum(contexts), sum(path), sum(discounted), sum(aged)
+    context, weighted, by_age = sum(contexts), sum(path), sum(aged)
     return ScoreBreakdown(
-        j_admit=weighted + context, aging=undiscounted - sum(plain),
-        congestion=by_age - undiscounted, remaining_work=weighted - by_age, context=context, j_hold=hold,
+        j_admit=weighted + context, aging=by_age - sum(plain), remaining_work=weighted - by_age, context=context, j_hold=hold,
         j_move=j_move(moves),
         v_reuse=v_reuse([reuse[a] for a in in_order], p.beta) if p.beta else 0.0,
         j_redo=redo, j_revoke=revoke, margin=margin,

@@ -2,7 +2,7 @@
 
     estimates      Estimator.begin(view) -> DecisionEstimates (W, decode step, estimate epoch, d_r)  estimates.py
     task inputs    TaskBook.states / chain_fn: path-model states, admission chains, reuse counts     tasks.py
-    weights        aging x congestion discount x remaining-work factor of each task's gains         score.py, build.py
+    weights        aging x remaining-work factor of each task's gains                               score.py, build.py
     problem        build_problem: the scored calls, agent options, KV pool, preemption candidates,
                    the opening cost's inputs                                                          build.py
     search         candidate states (R', Q') scored by score.score_state, repaired by preemption     search.py, pack.py, repair.py
@@ -19,7 +19,6 @@ from topas.policy import Decision, Policy, RequestFinished, SchedulerView, regis
 from topas.scheduler import score as S
 from topas.scheduler.build import (
     build_problem,
-    congestion_factors,
     context_values,
     opening_inputs,
     overdue_tasks,
@@ -67,10 +66,8 @@ class Topas(Policy):
         waiting_by_task, running_by_task = group_calls(view)
         scored = scored_tasks(view, waiting_by_task, e.kv, self._arrival_key)
         states, reuse_n = self.tasks.states(view, e, waiting_by_task, running_by_task, scored)
-        remaining_s = self.tasks.remaining_seconds(view, e)
-        cong = congestion_factors(view, e, remaining_s, self._arrival_key)
-        work = remaining_work_factors(remaining_s, states) if p.use_remaining_work else {}
-        aging = {tid: (S.aging(view.now, view.tasks[tid].arrival, p.rho, p.h_age) if p.use_aging else 1.0) * cong[tid]
+        work = remaining_work_factors(self.tasks.remaining_seconds(view, e), states) if p.use_remaining_work else {}
+        aging = {tid: (S.aging(view.now, view.tasks[tid].arrival, p.rho, p.h_age) if p.use_aging else 1.0)
                  * work.get(tid, 1.0) for tid in states}  # each task's weight on its gains
         scored_waiting = {t: waiting_by_task[t] for t in scored}
         context = context_values(view, scored_waiting, est, aging) if p.use_context else {}
@@ -80,7 +77,7 @@ class Topas(Policy):
             running=lambda: preemption_candidates(view, e, est, self.tasks, p, self.credit, waiting_by_task, running_by_task,
                                                   work),
             overdue=overdue_tasks(view, scored, waiting_by_task, e, est, p.overdue_factor),
-            congestion={t: cong[t] for t in states}, context=context, remaining_work={t: work[t] for t in states} if work else None)
+            context=context, remaining_work={t: work[t] for t in states} if work else None)
         problem.opening = lambda pr: opening_inputs(pr, scored_waiting, e, est)
         plan = search(problem, p.M)
         for rid in plan.admit:

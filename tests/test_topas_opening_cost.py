@@ -1,18 +1,12 @@
-"""TOPAS's opening cost (J_hold) and congestion discount (docs/topas.md, "The score"; docs/decisions/0024): the
-pure functions, and the state score's breakdown that carries them."""
+"""TOPAS's opening cost (J_hold, docs/topas.md, "The score"; docs/decisions/0024) and cached-context value
+(docs/decisions/0027): the pure functions, and the state score's breakdown that carries them."""
 
 from __future__ import annotations
 
 import pytest
 
 from topas.scheduler.problem import AgentOption, Head, Problem
-from topas.scheduler.score import congestion, j_hold, score_state
-
-
-def test_the_congestion_discount_is_one_until_older_work_exceeds_one_wait_of_capacity():
-    assert congestion(0.0, 10.0) == 1.0
-    assert congestion(10.0, 10.0) == 1.0
-    assert congestion(40.0, 10.0) == pytest.approx(0.25)
+from topas.scheduler.score import j_hold, score_state
 
 
 def test_the_opening_cost_is_the_gain_the_displaced_calls_earn_per_service_period_for_the_hold():
@@ -31,7 +25,7 @@ def _problem() -> Problem:
                 request_tokens={"b0": 400, "a1": 500, "a2": 500},
                 task_agents={0: frozenset("b"), 1: frozenset("a"), 2: frozenset("a")},
                 chain=lambda t, e: [], swap_s_per_token=1e-5, max_actions=64,
-                task_aging={0: 1.5, 1: 1.0, 2: 0.5}, task_congestion={0: 1.0, 1: 1.0, 2: 0.5})
+                task_aging={0: 1.5, 1: 1.0, 2: 0.5}, task_remaining_work={2: 0.5})
     service = {"b0": 3.0, "a1": 2.0, "a2": 2.0}
     heads = [Head("a1", "a", 500, 8.0, 2.0), Head("b0", "b", 400, 6.0, 3.0), Head("a2", "a", 500, 4.0, 2.0)]
     p.opening = lambda _: (service, heads)
@@ -53,16 +47,14 @@ def test_a_state_that_opens_an_agent_is_charged_what_its_prefix_displaces():
     assert score_state(p, frozenset("a"), ["a1", "a2"], gains, 2000).j_hold == 0.0
 
 
-def test_the_breakdown_splits_j_admit_into_plain_gains_aging_and_the_congestion_discount():
+def test_the_breakdown_splits_j_admit_into_plain_gains_aging_and_the_remaining_work_factor():
     p = _problem()
-    # a2's gain 4.0 carries its weight 0.5 = aging 1.0 x congestion 0.5: plain 8.0, aged 8.0, discounted 4.0
+    # a2's gain 4.0 carries its weight 0.5 = aging 1.0 x remaining-work factor 0.5: plain 8.0, aged 8.0
     b = score_state(p, frozenset("a"), ["a2"], {"a2": 4.0}, 1500)
-    assert b.j_admit == pytest.approx(4.0)
-    assert b.aging == pytest.approx(0.0)
-    assert b.congestion == pytest.approx(-4.0)
-    # b0: weight 1.5 = aging 1.5, no discount: plain 4.0
+    assert (b.j_admit, b.aging, b.remaining_work) == pytest.approx((4.0, 0.0, -4.0))
+    # b0: weight 1.5 = aging 1.5, factor 1: plain 4.0
     b = score_state(p, frozenset("ab"), ["b0"], {"b0": 6.0}, 2200)
-    assert (b.j_admit, b.aging, b.congestion) == pytest.approx((6.0, 2.0, 0.0))
+    assert (b.j_admit, b.aging, b.remaining_work) == pytest.approx((6.0, 2.0, 0.0))
 
 
 def test_a_calls_cached_context_is_worth_its_reload_at_the_weight_of_every_task_read():
@@ -75,9 +67,9 @@ def test_a_calls_cached_context_is_worth_its_reload_at_the_weight_of_every_task_
 def test_the_breakdown_carries_the_admitted_calls_context_value_inside_j_admit():
     p = _problem()
     p.context_s = {"a2": 1.0}
-    # a2's chain gain 5.0 = its weighted path drop 4.0 (weight 0.5 = aging 1.0 x congestion 0.5) + context 1.0
+    # a2's chain gain 5.0 = its weighted path drop 4.0 (weight 0.5 = aging 1.0 x factor 0.5) + context 1.0
     b = score_state(p, frozenset("a"), ["a2"], {"a2": 5.0}, 1500)
-    assert (b.j_admit, b.context, b.aging, b.congestion) == pytest.approx((5.0, 1.0, 0.0, -4.0))
+    assert (b.j_admit, b.context, b.aging, b.remaining_work) == pytest.approx((5.0, 1.0, 0.0, -4.0))
     assert b.total == pytest.approx(5.0 - b.j_move + b.v_reuse)
 
 
