@@ -100,7 +100,7 @@ class SimEngine(Iterations):
                 req = make_request(ts, node_id, released, self.cfg.ignore_eos, self.cfg.max_new_tokens_cap)
                 self.requests.append(req)
                 self.waiting.append(req)
-                ts.waiting.add(req.rid)
+                ts.call_waiting(req.rid)
                 self._dirty = True
                 self.policy.on_event(RequestReady(t, req.info()))
 
@@ -202,8 +202,7 @@ class SimEngine(Iterations):
         r.state = ReqState.WAITING
         r.preemptions += 1
         r.fill_done = 0
-        r.task.running.discard(r.rid)
-        r.task.waiting.add(r.rid)
+        r.task.call_waiting(r.rid)
         self.waiting.append(r)
         self._dirty = True
 
@@ -221,9 +220,7 @@ class SimEngine(Iterations):
         seen = self.now + self.cfg.client.return_  # when the client has the answer
         r.finish_time = seen
         ts = r.task
-        ts.running.discard(r.rid)
-        ts.finished_nodes.append(r.node)
-        ts.stage_done[r.stage] += 1
+        ts.call_finished(r.rid, r.node, r.stage)
         if ts.done:
             ts.finish_time = seen
             self.tasks_done += 1

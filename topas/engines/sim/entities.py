@@ -47,6 +47,10 @@ class SimRequest:
     preemptions: int = 0
     service_s: float = 0.0  # engine time of iterations this request took part in
     computed_tokens: int = 0  # prefill tokens computed over its life (recompute included)
+    # the last RequestInfo built and what it was built from: a waiting call's info is asked for at every
+    # decision and rarely changes, so it is rebuilt only when one of its varying fields does
+    _info: RequestInfo | None = field(default=None, repr=False)
+    _info_key: tuple = field(default=(), repr=False)
 
     def fill_runs(self) -> list[Run]:
         if self.generated:
@@ -57,7 +61,14 @@ class SimRequest:
     def remaining_tokens(self) -> int:
         return self.output_tokens - self.generated
 
-    def info(self, cached: int = 0, host_cached: int = 0) -> RequestInfo:
+    def info(self, cached: int = 0, host_cached: int = 0, cached_nodes: tuple[int, ...] = ()) -> RequestInfo:
+        key = (cached, host_cached, cached_nodes, self.generated, self.preemptions, self.admitted_time)
+        if self._info is not None and key == self._info_key:
+            return self._info
+        self._info, self._info_key = self._build_info(cached, host_cached, cached_nodes), key
+        return self._info
+
+    def _build_info(self, cached: int, host_cached: int, cached_nodes: tuple[int, ...]) -> RequestInfo:
         return RequestInfo(
             rid=self.rid,
             task_id=self.task.task.task_id,
@@ -74,6 +85,7 @@ class SimRequest:
             preemptions=self.preemptions,
             admitted_time=self.admitted_time,
             segments=tuple((sid, n) for sid, _, n in self.prompt_runs),
+            cached_nodes=cached_nodes,
         )
 
 
@@ -87,15 +99,42 @@ class SimTask:
     waiting: set[str] = field(default_factory=set)
     attained_s: float = 0.0
     finish_time: float | None = None
+    # bumped by every change of the call sets below: `progress` is rebuilt only after one (or more service)
+    _version: int = field(default=0, repr=False)
+    _progress: TaskProgress | None = field(default=None, repr=False)
+    _progress_key: tuple[int, float] = field(default=(-1, 0.0), repr=False)
 
     def __post_init__(self) -> None:
         self.pending_deps = {n.id: len(n.deps) for n in self.task.workflow.nodes.values()}
+
+    def call_waiting(self, rid: str) -> None:
+        """A call entered the waiting queue: issued, retracted or preempted."""
+        self.running.discard(rid)
+        self.waiting.add(rid)
+        self._version += 1
+
+    def call_running(self, rid: str) -> None:
+        self.waiting.discard(rid)
+        self.running.add(rid)
+        self._version += 1
+
+    def call_finished(self, rid: str, node: str, stage: str) -> None:
+        self.running.discard(rid)
+        self.finished_nodes.append(node)
+        self.stage_done[stage] += 1
+        self._version += 1
 
     @property
     def done(self) -> bool:
         return len(self.finished_nodes) == len(self.task.workflow.nodes)
 
     def progress(self) -> TaskProgress:
+        key = (self._version, self.attained_s)
+        if self._progress is None or key != self._progress_key:
+            self._progress, self._progress_key = self._build_progress(), key
+        return self._progress
+
+    def _build_progress(self) -> TaskProgress:
         return TaskProgress(
             task_id=self.task.task_id,
             template=self.task.template,

@@ -80,8 +80,7 @@ class Iterations:
                 r.admitted_time = self.now
                 if r.first_admit_time is None:
                     r.first_admit_time = self.now
-                r.task.waiting.discard(r.rid)
-                r.task.running.add(r.rid)
+                r.task.call_running(r.rid)
         for r in budget.admitted:  # allocate the extend KV now (SGLang prepare_for_extend)
             self.pool.alloc_private(r.extend_now)
         return budget.admitted

@@ -27,7 +27,6 @@ probe does). Simplification: SGLang refreshes so every 32nd pass
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 
 from topas.engines.sim.entities import SimRequest
@@ -52,10 +51,7 @@ def match_waiting(cache: RadixCache, queue: Sequence[SimRequest], touch: bool, s
     matches = [(r, cache.match(r.fill_runs(), touch=touch, split=split)) for r in queue]
     # the paths after all matches: a later match may split a node above an earlier one's end
     # (SGLang's `req.last_node` is the same node object, whose path has grown)
-    return {
-        r.rid: dataclasses.replace(r.info(m.device_tokens, m.host_tokens), cached_nodes=cache.path_orders(m.device_node))
-        for r, m in matches
-    }
+    return {r.rid: r.info(m.device_tokens, m.host_tokens, cache.path_orders(m.device_node)) for r, m in matches}
 
 
 def waiting_infos(
