@@ -100,13 +100,13 @@ class WaitingReq:
     def fill_runs(self) -> list[Run]:
         return self.prompt + self.generated
 
-    def info(self, cached: int = 0, host_cached: int = 0) -> RequestInfo:
+    def info(self, cached: int = 0, host_cached: int = 0, cached_nodes: tuple[int, ...] = ()) -> RequestInfo:
         return RequestInfo(
             rid=self.rid, task_id=0, node=self.rid, stage="s", agent=self.prompt[0][0], task_arrival=0.0,
             ready_time=0.0, prompt_tokens=sum(n for _, _, n in self.prompt), prefix_tokens=self.prefix_tokens,
             cached_tokens=cached, host_cached_tokens=host_cached,
             generated_tokens=sum(n for _, _, n in self.generated),
-            segments=tuple((sid, n) for sid, _, n in self.prompt),
+            segments=tuple((sid, n) for sid, _, n in self.prompt), cached_nodes=cached_nodes,
         )
 
 
