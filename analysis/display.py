@@ -8,7 +8,7 @@ The numeric frames of analysis/tables.py are left as they are (figures and W&B r
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -207,3 +207,30 @@ def append_section(out: Path, name: str, text: str) -> None:
     """Add a section to the end of `name`.md, which this report wrote (claims.md gathers several)."""
     with open(out / f"{name}.md", "a") as f:
         f.write(text)
+
+
+def split_sections(text: str) -> dict[str, str]:
+    """A markdown file's parts by heading: its head (everything before the first `## ` line) under "", then
+    each `## ` section under its heading line, with the blank line before it; joined in order, the text."""
+    out: dict[str, str] = {}
+    heading, buf = "", []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## "):
+            lead = [buf.pop()] if buf and buf[-1] == "\n" else []
+            if heading or "".join(buf).strip():
+                out[heading] = "".join(buf)
+            heading, buf = line.rstrip("\n"), lead
+        buf.append(line)
+    if heading or "".join(buf).strip():
+        out[heading] = "".join(buf)
+    return out
+
+
+def assemble_sections(path: Path, made: Sequence[tuple[str, str]], kept: Mapping[str, str]) -> None:
+    """Write `path` from its parts in the order of `made` ((heading, text); the head's heading is ""): each part
+    this report made, else the part `kept` (`split_sections` of the file before this report) has under that
+    heading. A grid is regenerated one experiment at a time, so a part whose experiment has no runs here is its
+    last regeneration's, not dropped (the Provenance part says which code made it). Without a head, nothing."""
+    parts = [text or kept.get(heading, "") for heading, text in made]
+    if parts and parts[0]:
+        path.write_text("".join(parts))

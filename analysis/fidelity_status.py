@@ -48,13 +48,9 @@ def status(out: Path, current: str | None = None) -> str | None:
     return freshness(recorded if isinstance(recorded, Mapping) else None, current or fidelity_fingerprint())
 
 
+CLAIMS_HEADING = "## Simulator fidelity"
+
+
 def claims_section(line: str) -> str:
     """claims.md's section on the simulator's fidelity."""
-    return f"\n## Simulator fidelity\n\nSimulator fidelity: {line}, see fidelity/fidelity.md\n"
-
-
-def add_to_claims(out: Path, line: str) -> None:
-    """Append the fidelity status `line` to `out`/claims.md (call it only after this report wrote claims.md: an
-    older one would gain a second section)."""
-    with open(out / "claims.md", "a") as f:
-        f.write(claims_section(line))
+    return f"\n{CLAIMS_HEADING}\n\nSimulator fidelity: {line}, see fidelity/fidelity.md\n"

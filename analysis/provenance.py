@@ -103,10 +103,13 @@ def _backends(rec: Mapping[str, Any] | None) -> dict[str, str]:
     return {s: backend for s in rec.get("code", {})}
 
 
+CLAIMS_HEADING = "## Provenance"
+
+
 def claims_section(lines: Mapping[str, str]) -> str:
     """claims.md's section: which code made each experiment's tables."""
     rows = "\n".join(f"- {e}: {text}" for e, text in lines.items())
-    return ("\n## Provenance\n\nWhich code made each experiment's tables and figures (provenance.json): the "
+    return (f"\n{CLAIMS_HEADING}\n\nWhich code made each experiment's tables and figures (provenance.json): the "
             f"fingerprint of the code its runs execute, compared with today's.\n\n{rows}\n")
 
 

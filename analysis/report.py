@@ -151,10 +151,13 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
     written["regime"] = report_tables.regime_table(runs["regime"], t)
     verdicts = claim_verdicts(runs, claims)
     missing = tables.unevaluated(verdicts, claims, skip=WALLCLOCK_CLAIMS)
+    claims_md, head = out / "claims.md", ""
+    kept = display.split_sections(claims_md.read_text()) if claims_md.is_file() else {}  # before claims_table rewrites it
     if not verdicts.empty:
         # decision times are wall clock: they differ on every run, so they go to wallclock/ (not committed)
         timed = verdicts["claim"].isin(WALLCLOCK_CLAIMS)
-        written["claims"] = report_tables.claims_table(verdicts[~timed], main, runs["regime"], t, missing)
+        written["claims"] = report_tables.claims_table(verdicts[~timed], main, t, missing)
+        head = claims_md.read_text()
         if timed.any():
             display.write_table(out / "wallclock", "claims_wallclock", display.claims_display(verdicts[timed]),
                                 "The paper's overhead claims (wall clock, this machine)",
@@ -162,16 +165,17 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
     shape_cells, shape_standings = shapes.write(runs["shapes"], t, list(baselines("full")))
     if not shape_cells.empty:
         written["shapes"] = shapes.cell_table(shape_cells)
-        if not verdicts.empty:  # claims.md was written above: its shape-family section follows the regime map's
-            display.append_section(out, "claims", shapes.claims_section(shape_cells, shape_standings))
     written["fidelity"] = report_tables.fidelity_table(out, t)
     fidelity = fidelity_status.status(out)  # is fidelity.json the current code's? never silently stale
-    if fidelity and not verdicts.empty:  # claims.md was rewritten above
-        fidelity_status.add_to_claims(out, fidelity)
     provenance.record(out, {e: provenance.entry(r) for e, r in runs.items() if not r.empty})
     made_by = provenance.status(out, EXPERIMENTS)  # which code made each experiment's tables: never silently stale
-    if made_by and not verdicts.empty:
-        display.append_section(out, "claims", provenance.claims_section(made_by))
+    # claims.md's parts: those of experiments without runs here are kept as their last regeneration wrote them
+    display.assemble_sections(claims_md, [
+        ("", head),
+        (report_tables.REGIME_HEADING, report_tables.regime_section(runs["regime"])),
+        (shapes.CLAIMS_HEADING, shapes.claims_section(shape_cells, shape_standings)),
+        (fidelity_status.CLAIMS_HEADING, fidelity_status.claims_section(fidelity) if fidelity else ""),
+        (provenance.CLAIMS_HEADING, provenance.claims_section(made_by) if made_by else "")], kept)
     figs = {k: figures.save(f, out / f"{k}.png") for k, f in make_figures(runs, verdicts, claims).items()}
     report_tables.failed_table(failed, t)
     print_summary(verdicts, missing)

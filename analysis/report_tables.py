@@ -93,10 +93,9 @@ def breakdown_table(main: pd.DataFrame, schedulers: list[str], t: Target) -> pd.
     return shown
 
 
-def claims_table(verdicts: pd.DataFrame, main: pd.DataFrame, regime_runs: pd.DataFrame, t: Target,
-                 missing: Sequence[str] = ()) -> pd.DataFrame:
-    """claims.md (the headline, every claim with its verdict, the regime summary) and claims.tex. `missing`: the
-    claims without runs, named in the headline."""
+def claims_table(verdicts: pd.DataFrame, main: pd.DataFrame, t: Target, missing: Sequence[str] = ()) -> pd.DataFrame:
+    """claims.md's head (the headline, every claim with its verdict) and claims.tex. `missing`: the claims without
+    runs, named in the headline."""
     shown = display.claims_display(verdicts)
     head = tables.headline(verdicts, missing)
     caption = (f"The paper's claims: paper vs ours ({head}). ours: mean over seeds of the paired change TOPAS vs the best "
@@ -105,14 +104,21 @@ def claims_table(verdicts: pd.DataFrame, main: pd.DataFrame, regime_runs: pd.Dat
                f"CI excludes 0 on the other side. {setup(main)}.")
     t.write("claims", shown, "The paper's claims: paper vs ours", f"**{head}** (against the paper's baseline set).\n\n"
             + CLAIMS_NOTE, display.claims_latex(verdicts, caption, t.tag("claims")))
-    c = regime.cells(regime_runs)
-    if not c.empty:  # the verdict by regime: where TOPAS wins, ties and loses
-        display.append_section(t.out, "claims", "\n## Where TOPAS wins, ties and loses (regime map, mean JCT)\n\n"
-                               "Cells of the regime map (regime.md, regime.png) per workload; win / loss: the 95% CI of the "
-                               "paired change vs the cell's best baseline excludes 0. vs a reference row (shown, never a "
-                               "baseline): TOPAS's wins / ties / losses against it, paired the same way, and its worst cell.\n\n"
-                               + display.to_markdown(regime.verdict_summary(c)) + "\n")
     return shown
+
+
+REGIME_HEADING = "## Where TOPAS wins, ties and loses (regime map, mean JCT)"
+
+
+def regime_section(regime_runs: pd.DataFrame) -> str:
+    """claims.md's verdict by regime: where TOPAS wins, ties and loses; "" without regime runs."""
+    c = regime.cells(regime_runs)
+    if c.empty:
+        return ""
+    return (f"\n{REGIME_HEADING}\n\nCells of the regime map (regime.md, regime.png) per workload; win / loss: the 95% CI "
+            "of the paired change vs the cell's best baseline excludes 0. vs a reference row (shown, never a baseline): "
+            "TOPAS's wins / ties / losses against it, paired the same way, and its worst cell.\n\n"
+            + display.to_markdown(regime.verdict_summary(c)) + "\n")
 
 
 def failed_table(failed: pd.DataFrame, t: Target) -> None:

@@ -204,12 +204,15 @@ def write(runs: pd.DataFrame, t, baselines: list[str]) -> tuple[pd.DataFrame, pd
     return c, s
 
 
+CLAIMS_HEADING = "## Where TOPAS wins, ties and loses (shape family, mean JCT)"
+
+
 def claims_section(c: pd.DataFrame, s: pd.DataFrame) -> str:
     """The shape family's rows of claims.md's 'where TOPAS wins, ties and loses'."""
     if c.empty:
         return ""
     n = len(set(c["shape"]))
-    return ("\n## Where TOPAS wins, ties and loses (shape family, mean JCT)\n\n"
+    return (f"\n{CLAIMS_HEADING}\n\n"
             f"TOPAS vs the best baseline on {n} evaluation shapes x loads (shapes.md, shapes.png), by structure; "
             "win / loss: the 95% CI of the paired change excludes 0.\n\n" + display.to_markdown(structure_summary(c))
             + "\n\nEvery scheduler vs the best of the others on the same cells (shapes_standings.md):\n\n"

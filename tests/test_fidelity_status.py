@@ -9,7 +9,7 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
-from analysis import fidelity_status
+from analysis import display, fidelity_status
 from analysis.fidelity_status import freshness
 from topas import fingerprint as fp
 
@@ -72,7 +72,9 @@ def test_claims_md_gains_the_fidelity_status(tmp_path):
     assert fidelity_status.status(tmp_path) is None  # no fidelity.json: nothing to say
     (tmp_path / "fidelity" / "fidelity.json").write_text(json.dumps({"cells": [], "settings": {}, "code": CODE}))
     line = fidelity_status.status(tmp_path, current="def456")
-    fidelity_status.add_to_claims(tmp_path, line)
+    path = tmp_path / "claims.md"
+    display.assemble_sections(path, [("", ""), (fidelity_status.CLAIMS_HEADING, fidelity_status.claims_section(line))],
+                              display.split_sections(path.read_text()))
     claims = (tmp_path / "claims.md").read_text()
     assert claims.startswith("# The paper's claims\n") and "## Simulator fidelity" in claims
     assert f"Simulator fidelity: {freshness(CODE, 'def456')}, see fidelity/fidelity.md" in claims

@@ -71,6 +71,41 @@ def test_the_report_writes_the_provenance_section_into_claims(tmp_path_factory, 
     assert "## Provenance" in claims and "- main: made on this code" in claims
 
 
+def test_claims_md_splits_into_its_parts_and_joins_back():
+    from analysis import display
+
+    text = "# Claims\n\nhead table\n\n## Regime\n\nrows\n\n## Provenance\n\n- main: x\n"
+    parts = display.split_sections(text)
+    assert list(parts) == ["", "## Regime", "## Provenance"] and "".join(parts.values()) == text
+    assert parts["## Regime"] == "\n## Regime\n\nrows\n"
+
+
+def test_a_report_over_some_experiments_keeps_the_others_parts_of_claims_md(tmp_path_factory, tmp_path):
+    """A grid is regenerated one experiment at a time: a report whose runs folder holds only the regime sweep
+    rewrites claims.md's regime part and provenance, and keeps the claims table (main, ablation, ...) as the
+    last regeneration wrote it, instead of dropping it."""
+    import shutil
+
+    from analysis import display
+    from analysis.report import report
+    from analysis.report_tables import REGIME_HEADING
+
+    small, out = shared_small_runs(tmp_path_factory), tmp_path / "results"
+    report(out=out, runs_root=small)
+    whole = display.split_sections((out / "claims.md").read_text())
+    assert REGIME_HEADING in whole and provenance.CLAIMS_HEADING in whole
+    old_head = "# The paper's claims: an earlier regeneration\n"
+    (out / "claims.md").write_text(old_head + "\n" + REGIME_HEADING + "\n\nan earlier regime map\n")
+    only_regime = tmp_path / "runs"
+    shutil.copytree(small / "regime", only_regime / "regime")
+    report(out=out, runs_root=only_regime)
+    parts = display.split_sections((out / "claims.md").read_text())
+    assert parts[""] == old_head  # no main, overhead, ablation or motivation runs: kept
+    assert parts[REGIME_HEADING] == whole[REGIME_HEADING]  # remade from the regime runs
+    assert "- regime: made on this code" in parts[provenance.CLAIMS_HEADING]
+    assert "- main: made on this code" in parts[provenance.CLAIMS_HEADING]  # its record is kept too
+
+
 def test_the_committed_reduced_grid_was_made_by_this_code():
     """`make reproduce` (about 10 minutes) regenerates the reduced grid; after a change to the code its runs
     execute, this fails until it has been run, so the committed tables cannot silently describe older code.
