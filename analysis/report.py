@@ -130,6 +130,26 @@ def make_figures(runs: dict[str, pd.DataFrame], verdicts: pd.DataFrame, claims: 
     return {k: f for k, f in figs.items() if f is not None}
 
 
+def write_claims(out: Path, t: report_tables.Target, verdicts: pd.DataFrame, missing: list[str],
+                 runs: dict[str, pd.DataFrame], parts: list[tuple[str, str]]) -> pd.DataFrame:
+    """claims.md: its head (every claim with its verdict; claims.tex too), then `parts` ((heading, text)), each
+    kept from the claims.md it replaces where this report made none (no runs of its experiments here). The
+    wall-clock claims go to wallclock/ instead (they differ on every run: not committed). Returns the shown
+    claims table (empty without verdicts)."""
+    claims_md, head, shown = out / "claims.md", "", pd.DataFrame()
+    kept = display.split_sections(claims_md.read_text()) if claims_md.is_file() else {}
+    if not verdicts.empty:
+        timed = verdicts["claim"].isin(WALLCLOCK_CLAIMS)
+        shown = report_tables.claims_table(verdicts[~timed], runs["main"], t, missing)
+        head = claims_md.read_text()
+        if timed.any():
+            display.write_table(out / "wallclock", "claims_wallclock", display.claims_display(verdicts[timed]),
+                                "The paper's overhead claims (wall clock, this machine)",
+                                "Decision time of TOPAS in wall-clock milliseconds: machine-dependent, so not committed.")
+    display.assemble_sections(claims_md, [("", head), *parts], kept)
+    return shown
+
+
 def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analysis" / "results", runs_root: Path | None = None,
            wandb_mode: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     import matplotlib
@@ -151,17 +171,6 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
     written["regime"] = report_tables.regime_table(runs["regime"], t)
     verdicts = claim_verdicts(runs, claims)
     missing = tables.unevaluated(verdicts, claims, skip=WALLCLOCK_CLAIMS)
-    claims_md, head = out / "claims.md", ""
-    kept = display.split_sections(claims_md.read_text()) if claims_md.is_file() else {}  # before claims_table rewrites it
-    if not verdicts.empty:
-        # decision times are wall clock: they differ on every run, so they go to wallclock/ (not committed)
-        timed = verdicts["claim"].isin(WALLCLOCK_CLAIMS)
-        written["claims"] = report_tables.claims_table(verdicts[~timed], main, t, missing)
-        head = claims_md.read_text()
-        if timed.any():
-            display.write_table(out / "wallclock", "claims_wallclock", display.claims_display(verdicts[timed]),
-                                "The paper's overhead claims (wall clock, this machine)",
-                                "Decision time of TOPAS in wall-clock milliseconds: machine-dependent, so not committed.")
     shape_cells, shape_standings = shapes.write(runs["shapes"], t, list(baselines("full")))
     if not shape_cells.empty:
         written["shapes"] = shapes.cell_table(shape_cells)
@@ -169,13 +178,11 @@ def report(names: dict[str, str] | None = None, out: str | Path = ROOT / "analys
     fidelity = fidelity_status.status(out)  # is fidelity.json the current code's? never silently stale
     provenance.record(out, {e: provenance.entry(r) for e, r in runs.items() if not r.empty})
     made_by = provenance.status(out, EXPERIMENTS)  # which code made each experiment's tables: never silently stale
-    # claims.md's parts: those of experiments without runs here are kept as their last regeneration wrote them
-    display.assemble_sections(claims_md, [
-        ("", head),
+    written["claims"] = write_claims(out, t, verdicts, missing, runs, [
         (report_tables.REGIME_HEADING, report_tables.regime_section(runs["regime"])),
         (shapes.CLAIMS_HEADING, shapes.claims_section(shape_cells, shape_standings)),
         (fidelity_status.CLAIMS_HEADING, fidelity_status.claims_section(fidelity) if fidelity else ""),
-        (provenance.CLAIMS_HEADING, provenance.claims_section(made_by) if made_by else "")], kept)
+        (provenance.CLAIMS_HEADING, provenance.claims_section(made_by) if made_by else "")])
     figs = {k: figures.save(f, out / f"{k}.png") for k, f in make_figures(runs, verdicts, claims).items()}
     report_tables.failed_table(failed, t)
     print_summary(verdicts, missing)
