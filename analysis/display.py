@@ -203,12 +203,6 @@ def write_table(out: Path, name: str, df: pd.DataFrame, title: str, note: str = 
         (out / f"{name}.tex").write_text(tex)
 
 
-def append_section(out: Path, name: str, text: str) -> None:
-    """Add a section to the end of `name`.md, which this report wrote (claims.md gathers several)."""
-    with open(out / f"{name}.md", "a") as f:
-        f.write(text)
-
-
 def split_sections(text: str) -> dict[str, str]:
     """A markdown file's parts by heading: its head (everything before the first `## ` line) under "", then
     each `## ` section under its heading line, with the blank line before it; joined in order, the text."""
