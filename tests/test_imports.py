@@ -36,8 +36,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("policies and engines", ("baselines", "topas.scheduler", "topas.engines.sim", "topas.engines.sglang")),
     ("runner", ("topas.runner", "topas.fingerprint", "topas.wandb_logger")),
     ("drivers", ("topas.sweep", "topas.prediction", "topas.placement", "topas.launchers", "topas.tuning",
-                 "topas.bench", "topas.bench_compare", "topas.measure_capacity", "topas.reproduce_args",
-                 "hydra_plugins")),
+                 "topas.bench", "topas.bench_compare", "topas.measure_capacity", "topas.decision_trace",
+                 "topas.reproduce_args", "hydra_plugins")),
     ("analysis", ("analysis",)),
     ("reproduction", ("topas.reproduce", "topas.fidelity")),
 ]
