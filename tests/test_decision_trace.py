@@ -19,5 +19,6 @@ def test_a_traced_run_is_the_run_itself_and_lists_every_agent_at_every_decision(
     s = per_agent(rows)
     assert ((s.filter(like="share") >= 0) & (s.filter(like="share") <= 1)).all().all()
     assert (s["share idle on device"] <= s["share on device"]).all()
+    assert (s["share idle, other agents' calls waiting"] <= s["share idle on device"]).all()
     # tracing changes nothing: the traced run is the run itself
     assert traced["jct_mean"] == plain["jct_mean"] and traced["makespan_s"] == plain["makespan_s"]

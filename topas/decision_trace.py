@@ -70,11 +70,14 @@ def trace(overrides: list[str]) -> tuple[pd.DataFrame, dict]:
 
 
 def per_agent(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per agent, over the run's decisions: shares with running calls, on the device, idle on the device; mean calls
-    waiting and running."""
-    g = rows.assign(idle=rows["on_device"] & (rows["running"] == 0), busy=rows["running"] > 0).groupby("agent")
+    """Per agent, over the run's decisions: shares with running calls, on the device, idle on the device, and idle
+    while other agents' calls wait (its memory could serve them if it moved out); mean calls waiting and running."""
+    idle = rows["on_device"] & (rows["running"] == 0)
+    others = rows.groupby("decision")["waiting"].transform("sum") - rows["waiting"]  # other agents' waiting calls
+    g = rows.assign(idle=idle, needed=idle & (others > 0), busy=rows["running"] > 0).groupby("agent")
     return pd.DataFrame({"decisions": g.size(), "share with running calls": g["busy"].mean(),
                          "share on device": g["on_device"].mean(), "share idle on device": g["idle"].mean(),
+                         "share idle, other agents' calls waiting": g["needed"].mean(),
                          "mean waiting": g["waiting"].mean(), "mean running": g["running"].mean()}).round(3)
 
 
