@@ -8,8 +8,9 @@ see which calls a scheduler makes wait (docs/decisions/0022, 0028, 0029); not pa
 
 `--value miss` shows each stage's uncached agent-prefix tokens per call instead (`prefix_miss`), and
 `--value service` its mean service seconds. `--value engine` shows, instead of stages, what the engine did in
-those runs (mean batch, cache hit rate, prefill tokens computed, bytes swapped in, preemptions, and the share of
-task histories left idle past the cache's turnover; `engine_table`):
+those runs (mean batch, cache hit rate, prefill tokens computed, bytes swapped in, preemptions, the share of
+task histories left idle past the cache's turnover, and the share of tasks started while a started task's call
+waited; `engine_table`):
 whether a scheduler's JCT comes from its order or from its throughput. A scheduler met in several folders is
 labelled by its folder. Stages are in the order their calls become ready within a task.
 """
@@ -50,6 +51,23 @@ def history_outlived(requests: pd.DataFrame, pool_tokens: float, makespan_s: flo
     return float((idle > turnover).mean()) if len(idle) else float("nan")
 
 
+def entries_passing(requests: pd.DataFrame) -> float:
+    """The share of tasks whose first admitted call passed a waiting call of a task already started: at its
+    admission some call of an earlier-started task was ready and still waiting (admitted later). A task-level
+    SRPT or FCFS order never does this while the passed call fits; a scheduler that starts new tasks while
+    started ones wait for memory or for their agent does (docs/decisions/0049). NaN for a run with no task."""
+    r = requests[["task_id", "ready", "first_admit"]].dropna()
+    start = r.groupby("task_id")["first_admit"].min()
+    if start.empty:
+        return float("nan")
+    started = r["task_id"].map(start).to_numpy()
+    ready, admitted = r["ready"].to_numpy(), r["first_admit"].to_numpy()
+    t = start.to_numpy()[:, None]  # one row per task's start, one column per call
+    eps = 1e-9
+    passed = (started[None, :] < t - eps) & (ready[None, :] < t - eps) & (admitted[None, :] > t + eps)
+    return float(passed.any(axis=1).mean())
+
+
 def stage_summary(requests: pd.DataFrame) -> pd.DataFrame:
     """One run's requests -> per stage: its calls, mean wait, service and uncached prefix tokens, and its mean
     offset from its task's first ready call (the stage order)."""
@@ -85,9 +103,13 @@ def stage_table(runs: pd.DataFrame, value: str = "wait_s") -> pd.DataFrame:
 def engine_table(runs: pd.DataFrame) -> pd.DataFrame:
     """A row per `label` of `runs` (as `stage_table`'s): its mean JCT, p99 JCT and makespan, then the engine figures
     of its run summaries (ENGINE) and `history_outlived` of its requests, each averaged over the label's runs."""
-    outlived = [history_outlived(load_requests(r.run_dir), r.kv_pool_tokens, r.makespan_s) for r in runs.itertuples()]
-    return _by_label(runs.assign(history_outlived=outlived), ["jct_mean", "jct_p99", "makespan_s", *ENGINE,
-                                                             "history_outlived"])[1]
+    outlived, passing = [], []
+    for r in runs.itertuples():
+        requests = load_requests(r.run_dir)
+        outlived.append(history_outlived(requests, r.kv_pool_tokens, r.makespan_s))
+        passing.append(entries_passing(requests))
+    return _by_label(runs.assign(history_outlived=outlived, entries_passing=passing),
+                     ["jct_mean", "jct_p99", "makespan_s", *ENGINE, "history_outlived", "entries_passing"])[1]
 
 
 def select(runs: pd.DataFrame, workload: str, load: float | None, seeds: list[int] | None,
@@ -145,7 +167,8 @@ def _engine_display(table: pd.DataFrame) -> pd.DataFrame:
                        swap_in_bytes=table["swap_in_bytes"] / 1e9)
     out = out.rename(columns={"prefill_tokens_computed": "prefill_k_tokens", "swap_in_bytes": "swap_in_GB"})
     return out.round(1).assign(cache_hit_rate=table["cache_hit_rate"].round(3),
-                               history_outlived=table["history_outlived"].round(3))
+                               history_outlived=table["history_outlived"].round(3),
+                               entries_passing=table["entries_passing"].round(3))
 
 
 if __name__ == "__main__":

@@ -83,3 +83,16 @@ def test_history_outlived_counts_same_agent_histories_idle_past_the_cache_turnov
     assert stage_waits.history_outlived(r, 10000, 10.0) == 0.0
     single = r[r["task_id"] == 1]
     assert pd.isna(stage_waits.history_outlived(single, 1000, 10.0))
+
+
+def test_entries_passing_counts_tasks_started_while_a_started_tasks_call_waits():
+    cols = ["task_id", "ready", "first_admit"]
+    r = pd.DataFrame([(0, 0.0, 1.0), (0, 5.0, 9.0),      # task 0 starts at 1; its second call waits 5 -> 9
+                      (1, 4.0, 6.0),                     # task 1 starts at 6 while task 0's call waits: it passes
+                      (2, 10.0, 12.0),                   # task 2 starts at 12: nothing waits
+                      (3, 8.0, 9.0)], columns=cols)      # task 3 starts at 9, admitted with the call it would pass
+    assert stage_waits.entries_passing(r) == 0.25
+    # a call of a task not yet started is not passed: task 1's own start makes it no started task's call
+    fresh = pd.DataFrame([(0, 0.0, 5.0), (1, 1.0, 2.0)], columns=cols)
+    assert stage_waits.entries_passing(fresh) == 0.0
+    assert pd.isna(stage_waits.entries_passing(fresh.iloc[:0]))

@@ -4,7 +4,9 @@ The runs' tables say what a scheduler achieved (JCT, batch, swaps; `python -m an
 how its decisions hold the agents' prefixes: per agent, the share of decisions at which it has running calls
 (its prefix is then locked on the device), at which its prefix is on the device, at which it is there with no
 running call (idle, evictable), and the mean of its waiting and running calls. Records 0047-0048 read it to tell
-a prefix kept resident by a stream of admitted calls from an idle one.
+a prefix kept resident by a stream of admitted calls from an idle one. Last, the calls of started tasks it left
+waiting at the decisions after which a new task started (`passed_calls`): where the decision listed each against
+the new task's call and whether its prefix was on the device; record 0049 reads it.
 
     python -m topas.decision_trace workload=shapes workload.params.shape=e26 workload.load=1.1 \\
         workload.arrival_rate=null workload.num_tasks=60 seed=0 scheduler=topas [--csv trace.csv]
@@ -35,6 +37,7 @@ class Tracing(Policy):
         super().__init__(inner.params)
         self.inner, self.name, self.oracle = inner, inner.name, inner.oracle
         self.rows: list[dict] = []
+        self.queues: list[dict] = []  # per decision: its waiting calls (listed where), running calls, started tasks
         self.decisions = 0
 
     def on_event(self, event) -> None:
@@ -48,12 +51,41 @@ class Tracing(Policy):
             self.rows.append({"decision": self.decisions, "now": view.now, "agent": agent, "waiting": waiting[agent],
                               "running": running[agent], "on_device": p.device_tokens >= p.tokens,
                               "listed": len(decision.admit)})
+        place = {rid: i for i, rid in enumerate(decision.admit)}
+        running_tasks = {r.task_id for r in view.running}
+        self.queues.append({
+            "waiting": {r.rid: (r.task_id, r.agent, place.get(r.rid)) for r in view.waiting},
+            "started": {t for t, p in view.tasks.items() if p.stage_done or t in running_tasks},
+            "on_device": {a for a, p in view.prefixes.items() if p.device_tokens >= p.tokens}})
         self.decisions += 1
         return decision
 
 
-def trace(overrides: list[str]) -> tuple[pd.DataFrame, dict]:
-    """One run with these overrides: a row per (decision, agent), and the run's summary."""
+def passed_calls(queues: list[dict]) -> pd.DataFrame:
+    """A row per call of a started task left waiting at a decision after which a task's first call was admitted
+    (`analysis.stage_waits.entries_passing` counts these starts from the run's tables): where the decision listed it
+    against the first such entry call (ahead, behind, or not listed) and whether its agent's prefix was on the
+    device. A call leaves the queue only by admission, so the calls admitted after decision d are those waiting at d
+    and not at d + 1."""
+    rows = []
+    for d, (now, nxt) in enumerate(zip(queues, queues[1:])):
+        admitted = now["waiting"].keys() - nxt["waiting"].keys()
+        entries = [now["waiting"][rid][2] for rid in admitted if now["waiting"][rid][0] not in now["started"]]
+        if not entries:
+            continue
+        first = min((p for p in entries if p is not None), default=None)
+        for rid, (task, agent, place) in now["waiting"].items():
+            if rid in admitted or task not in now["started"]:
+                continue
+            where = ("not listed" if place is None else
+                     "ahead of the entry" if first is not None and place < first else "behind the entry")
+            rows.append({"decision": d, "rid": rid, "agent": agent, "listed": where,
+                         "prefix on device": agent in now["on_device"]})
+    return pd.DataFrame(rows, columns=["decision", "rid", "agent", "listed", "prefix on device"])
+
+
+def trace(overrides: list[str]) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+    """One run with these overrides: a row per (decision, agent), the run's summary, and `passed_calls`."""
     from topas.runner import run
     from topas.sweep import compose_config
 
@@ -66,7 +98,7 @@ def trace(overrides: list[str]) -> tuple[pd.DataFrame, dict]:
 
     with tempfile.TemporaryDirectory() as out, mock.patch("topas.runner.create_policy", wrapped):
         _, summary = run(cfg, out_dir=out, quiet=True)
-    return pd.DataFrame(made[-1].rows), summary
+    return pd.DataFrame(made[-1].rows), summary, passed_calls(made[-1].queues)
 
 
 def per_agent(rows: pd.DataFrame) -> pd.DataFrame:
@@ -87,7 +119,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--csv", help="also write the row per (decision, agent) here")
     args = ap.parse_args(argv)
     try:
-        rows, summary = trace(args.overrides)
+        rows, summary, passed = trace(args.overrides)
     except Exception as e:  # a bad override or config: Hydra's and the runner's errors, on one line
         sys.exit(f"error: {one_line(e)}")
     if rows.empty:
@@ -100,6 +132,10 @@ def main(argv: list[str]) -> None:
     resident = rows.groupby("decision")["on_device"].sum().value_counts(normalize=True).sort_index()
     print(f"\n{rows['decision'].nunique()} decisions; agent prefixes on the device at once: "
           + ", ".join(f"{int(k)} at {v:.1%}" for k, v in resident.items()))
+    starts = passed["decision"].nunique()
+    print(f"\ndecisions after which a task started while a started task's call waited: {starts}; such calls: {len(passed)}")
+    if len(passed):
+        print(passed.groupby(["listed", "prefix on device"]).size().rename("calls").reset_index().to_markdown(index=False))
 
 
 if __name__ == "__main__":
