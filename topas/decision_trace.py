@@ -37,7 +37,7 @@ class Tracing(Policy):
         super().__init__(inner.params)
         self.inner, self.name, self.oracle = inner, inner.name, inner.oracle
         self.rows: list[dict] = []
-        self.queues: list[dict] = []  # per decision: its waiting calls (listed where), running calls, started tasks
+        self.queues: list[dict] = []  # per decision: waiting calls (task, agent, place listed), started tasks, prefixes on device
         self.decisions = 0
 
     def on_event(self, event) -> None:
