@@ -11,6 +11,7 @@ geometric means), then cell by cell against TOPAS itself (paired by seed: which 
     python -m analysis.design_sample runs/design_rho4 [runs/design_other ...] [--base runs/design_shapes]
         [--topas runs/design_today]                                        # TOPAS re-run apart
     python -m analysis.design_sample --headroom                            # what choosing among today's policies gives
+    python -m analysis.design_sample --passing                             # tasks started while started ones wait
 """
 
 from __future__ import annotations
@@ -102,6 +103,32 @@ def headroom(base: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["shape", "load"], key=shapes.natural_order).reset_index(drop=True)
 
 
+def passing_cells(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (shape, load) of runs with an `entries_passing` column (analysis.stage_waits): TOPAS's mean JCT over the
+    best baseline's (the reference rows left out), that baseline, and the mean `entries_passing` of each."""
+    bl = baselines_of(runs)
+    rows = []
+    for (_, load), g in shapes.with_shapes(runs).groupby(["workload", "load"], sort=False):
+        by = g.groupby("scheduler")[["jct_mean", "entries_passing"]].mean()
+        if TOPAS not in by.index or not set(bl) & set(by.index):
+            continue
+        best = by.loc[by.index.isin(bl), "jct_mean"].idxmin()
+        rows.append({"shape": g["shape"].iloc[0], "load": float(load), "topas / best": by.at[TOPAS, "jct_mean"] / by.at[best, "jct_mean"],
+                     "best": best, "topas passing": by.at[TOPAS, "entries_passing"], "best passing": by.at[best, "entries_passing"]})
+    return pd.DataFrame(rows)
+
+
+def passing_summary(cells: pd.DataFrame, margin: float = 0.02) -> pd.DataFrame:
+    """The cells in three groups by TOPAS / best (behind by more than `margin`, within it, ahead by more), with
+    the mean `entries_passing` of TOPAS and of each cell's best baseline (docs/decisions/0049)."""
+    ratio = cells["topas / best"]
+    groups = {f"TOPAS behind by more than {margin:.0%}": ratio > 1 + margin,
+              f"within {margin:.0%}": (ratio >= 1 - margin) & (ratio <= 1 + margin),
+              f"TOPAS ahead by more than {margin:.0%}": ratio < 1 - margin}
+    return pd.DataFrame([{"cells": name, "count": int(m.sum()), "topas passing": cells.loc[m, "topas passing"].mean(),
+                          "best passing": cells.loc[m, "best passing"].mean()} for name, m in groups.items()])
+
+
 def with_variants(base: pd.DataFrame, base_dir: str, topas_dir: str | None, variant_dirs: list[str],
                   experiment: str) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """The base runs, with TOPAS's own taken from `topas_dir` when given, and each variant folder's runs by name
@@ -139,8 +166,25 @@ def main(argv: list[str]) -> None:
                                      "those under --base")
     ap.add_argument("--headroom", action="store_true", help="print, per cell, the per-seed best of every scheduler "
                                                               "against the best baseline, and its geometric means")
+    ap.add_argument("--passing", action="store_true", help="print, per cell, how often TOPAS and the best baseline "
+                                                             "start a task while a started task's call waits")
     args = ap.parse_args(argv)
     base = load_runs(args.base)
+    if args.passing:
+        from analysis.load import load_requests
+        from analysis.stage_waits import entries_passing
+
+        base = base[~base["scheduler"].isin(REFERENCES)]
+        cells = passing_cells(base.assign(entries_passing=[entries_passing(load_requests(d)) for d in base["run_dir"]]))
+        if cells.empty:
+            sys.exit(f"error: no cell with TOPAS and a baseline under {args.base}")
+        corr = cells["topas / best"].corr(cells["topas passing"] - cells["best passing"])
+        print(f"correlation of TOPAS / best with TOPAS's passing less the best's: {corr:.2f}")
+        print(display.to_markdown(passing_summary(cells).round(3)))
+        print()
+        cells = cells.sort_values("topas / best").round(3)
+        print(display.to_markdown(cells))
+        return
     if args.headroom:
         h = headroom(base)
         col = h["best of all / best baseline"]

@@ -200,3 +200,23 @@ def test_the_headroom_is_the_per_seed_best_of_every_scheduler_over_the_best_base
     # the best baseline's mean is 100 (SPF 100 / 100, LPM 104 / 96); per seed the best of all is 100 (SPF), then
     # 90 (the reference): (100 + 90) / 2 over 100
     assert h.loc["d1", "best of all / best baseline"] == pytest.approx(0.95)
+
+
+def test_passing_cells_set_topas_against_the_best_baseline_and_group_the_cells():
+    import pandas as pd
+
+    from analysis.design_sample import passing_cells, passing_summary
+
+    rows = [  # (workload, scheduler, load, seed, jct, entries_passing)
+        ("shape_d1", "topas", 0.8, 0, 110.0, 0.5), ("shape_d1", "spf", 0.8, 0, 100.0, 0.0),
+        ("shape_d1", "lpm", 0.8, 0, 105.0, 0.2), ("shape_d2", "topas", 0.8, 0, 90.0, 0.3),
+        ("shape_d2", "spf", 0.8, 0, 100.0, 0.4), ("shape_d3", "topas", 0.8, 0, 100.0, 0.1),
+        ("shape_d3", "spf", 0.8, 0, 100.0, 0.1)]
+    runs = pd.DataFrame([{"workload": w, "scheduler": s, "load": ld, "seed": sd, "jct_mean": j, "entries_passing": e}
+                         for w, s, ld, sd, j, e in rows])
+    c = passing_cells(runs).set_index("shape")
+    assert c.loc["d1", "best"] == "spf" and c.loc["d1", "topas / best"] == pytest.approx(1.1)
+    assert (c.loc["d1", "topas passing"], c.loc["d1", "best passing"]) == (0.5, 0.0)
+    s = passing_summary(c.reset_index()).set_index("cells")
+    assert list(s["count"]) == [1, 1, 1]  # d1 behind, d3 within, d2 ahead
+    assert s.iloc[0]["topas passing"] == 0.5 and s.iloc[2]["best passing"] == 0.4
