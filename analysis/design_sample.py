@@ -108,13 +108,14 @@ def passing_cells(runs: pd.DataFrame) -> pd.DataFrame:
     best baseline's (the reference rows left out), that baseline, and the mean `entries_passing` of each."""
     bl = baselines_of(runs)
     rows = []
-    for (_, load), g in shapes.with_shapes(runs).groupby(["workload", "load"], sort=False):
-        by = g.groupby("scheduler")[["jct_mean", "entries_passing"]].mean()
-        if TOPAS not in by.index or not set(bl) & set(by.index):
+    for (w, load), g in runs.groupby(["workload", "load"], sort=False):
+        best = tables.best_baseline(g, w, "jct_mean", bl)
+        if best is None or TOPAS not in set(g["scheduler"]):
             continue
-        best = by.loc[by.index.isin(bl), "jct_mean"].idxmin()
-        rows.append({"shape": g["shape"].iloc[0], "load": float(load), "topas / best": by.at[TOPAS, "jct_mean"] / by.at[best, "jct_mean"],
-                     "best": best, "topas passing": by.at[TOPAS, "entries_passing"], "best passing": by.at[best, "entries_passing"]})
+        by = g.groupby("scheduler")[["jct_mean", "entries_passing"]].mean()
+        rows.append({"shape": w.removeprefix("shape_"), "load": float(load),
+                     "topas / best": by.at[TOPAS, "jct_mean"] / by.at[best, "jct_mean"], "best": best,
+                     "topas passing": by.at[TOPAS, "entries_passing"], "best passing": by.at[best, "entries_passing"]})
     return pd.DataFrame(rows)
 
 
@@ -158,6 +159,22 @@ def _display_cells(wide: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["shape", "load"], key=shapes.natural_order)
 
 
+def _print_passing(base: pd.DataFrame, base_dir: str) -> None:
+    """`--passing`: the correlation, the grouped cells, then every cell (worst TOPAS / best last)."""
+    from analysis.load import load_requests
+    from analysis.stage_waits import entries_passing
+
+    base = base[~base["scheduler"].isin(REFERENCES)]  # never a best baseline: their requests are not read
+    cells = passing_cells(base.assign(entries_passing=[entries_passing(load_requests(d)) for d in base["run_dir"]]))
+    if cells.empty:
+        sys.exit(f"error: no cell with TOPAS and a baseline under {base_dir}")
+    corr = cells["topas / best"].corr(cells["topas passing"] - cells["best passing"])
+    print(f"correlation of TOPAS / best with TOPAS's passing less the best's: {corr:.2f}")
+    print(display.to_markdown(passing_summary(cells).round(3)))
+    print()
+    print(display.to_markdown(cells.sort_values("topas / best").round(3)))
+
+
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(prog="python -m analysis.design_sample", description=__doc__.split("\n\n")[0])
     ap.add_argument("variants", nargs="*", help="runs folders of TOPAS variants on the design sample")
@@ -171,19 +188,7 @@ def main(argv: list[str]) -> None:
     args = ap.parse_args(argv)
     base = load_runs(args.base)
     if args.passing:
-        from analysis.load import load_requests
-        from analysis.stage_waits import entries_passing
-
-        base = base[~base["scheduler"].isin(REFERENCES)]
-        cells = passing_cells(base.assign(entries_passing=[entries_passing(load_requests(d)) for d in base["run_dir"]]))
-        if cells.empty:
-            sys.exit(f"error: no cell with TOPAS and a baseline under {args.base}")
-        corr = cells["topas / best"].corr(cells["topas passing"] - cells["best passing"])
-        print(f"correlation of TOPAS / best with TOPAS's passing less the best's: {corr:.2f}")
-        print(display.to_markdown(passing_summary(cells).round(3)))
-        print()
-        cells = cells.sort_values("topas / best").round(3)
-        print(display.to_markdown(cells))
+        _print_passing(base, args.base)
         return
     if args.headroom:
         h = headroom(base)

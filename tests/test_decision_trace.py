@@ -39,3 +39,7 @@ def test_passed_calls_are_started_tasks_calls_left_waiting_when_a_new_task_start
     assert list(p["decision"]) == [0, 0, 2] and list(p["rid"]) == ["0:b", "0:c", "0:c"]
     assert list(p["listed"]) == ["ahead of the entry", "not listed", "behind the entry"]
     assert list(p["prefix on device"]) == [True, False, True]
+    # an entry the decision did not list (the engine admitted it unlisted): a listed waiting call was ahead of it
+    unlisted = [{"waiting": {"0:b": (0, "B", 0), "1:a": (1, "A", None)}, "started": {0}, "on_device": set()},
+                {"waiting": {"0:b": (0, "B", 0)}, "started": {0, 1}, "on_device": set()}]
+    assert list(passed_calls(unlisted)["listed"]) == ["ahead of the entry"]

@@ -77,8 +77,8 @@ def passed_calls(queues: list[dict]) -> pd.DataFrame:
         for rid, (task, agent, place) in now["waiting"].items():
             if rid in admitted or task not in now["started"]:
                 continue
-            where = ("not listed" if place is None else
-                     "ahead of the entry" if first is not None and place < first else "behind the entry")
+            where = ("not listed" if place is None else  # an entry admitted unlisted: every listed call was ahead
+                     "ahead of the entry" if first is None or place < first else "behind the entry")
             rows.append({"decision": d, "rid": rid, "agent": agent, "listed": where,
                          "prefix on device": agent in now["on_device"]})
     return pd.DataFrame(rows, columns=["decision", "rid", "agent", "listed", "prefix on device"])
