@@ -28,6 +28,8 @@ from topas.scheduler_sets import REFERENCES
 
 TOPAS = "topas"
 BASE = ROOT / "runs" / "design_shapes"
+# stage_waits.jct_split's two parts of a run's mean JCT, and the name of TOPAS's change of each in passing_cells
+SPLIT = {"entry_wait_s": "entry wait change", "in_progress_s": "in-progress change"}
 
 
 def baselines_of(base: pd.DataFrame) -> list[str]:
@@ -90,6 +92,13 @@ def compare(base: pd.DataFrame, variants: dict[str, pd.DataFrame]) -> tuple[pd.D
     return standing, wide.reset_index()
 
 
+def envelope(wide: pd.DataFrame) -> pd.Series:
+    """Per cell of `compare`'s table: the best ratio to the best baseline among TOPAS and the variants, each by its
+    mean over seeds. What choosing the variant cell by cell would give (optimistic: the choice reads the same
+    seeds it is scored on); a geometric mean above a goal says no choice among them reaches it."""
+    return wide[[c for c in wide.columns if c.endswith(" / best")]].min(axis=1)
+
+
 def headroom(base: pd.DataFrame) -> pd.DataFrame:
     """Per (shape, load): the mean over seeds of the best mean JCT of any scheduler run in that seed (TOPAS and
     the references included), over the best baseline's mean. An optimistic bound of what choosing among today's
@@ -105,29 +114,37 @@ def headroom(base: pd.DataFrame) -> pd.DataFrame:
 
 def passing_cells(runs: pd.DataFrame) -> pd.DataFrame:
     """Per (shape, load) of runs with an `entries_passing` column (analysis.stage_waits): TOPAS's mean JCT over the
-    best baseline's (the reference rows left out), that baseline, and the mean `entries_passing` of each."""
+    best baseline's (the reference rows left out), that baseline, and the mean `entries_passing` of each. With
+    `entry_wait_s` and `in_progress_s` columns (stage_waits.jct_split) too: TOPAS's less the best's of each, as a
+    share of the best's mean JCT (the two add up to TOPAS / best - 1)."""
     bl = baselines_of(runs)
+    split = [c for c in SPLIT if c in runs]
     rows = []
     for (w, load), g in runs.groupby(["workload", "load"], sort=False):
         best = tables.best_baseline(g, w, "jct_mean", bl)
         if best is None or TOPAS not in set(g["scheduler"]):
             continue
-        by = g.groupby("scheduler")[["jct_mean", "entries_passing"]].mean()
-        rows.append({"shape": w.removeprefix("shape_"), "load": float(load),
-                     "topas / best": by.at[TOPAS, "jct_mean"] / by.at[best, "jct_mean"], "best": best,
-                     "topas passing": by.at[TOPAS, "entries_passing"], "best passing": by.at[best, "entries_passing"]})
+        by = g.groupby("scheduler")[["jct_mean", "entries_passing", *split]].mean()
+        row = {"shape": w.removeprefix("shape_"), "load": float(load),
+               "topas / best": by.at[TOPAS, "jct_mean"] / by.at[best, "jct_mean"], "best": best,
+               "topas passing": by.at[TOPAS, "entries_passing"], "best passing": by.at[best, "entries_passing"]}
+        for c in split:
+            row[SPLIT[c]] = (by.at[TOPAS, c] - by.at[best, c]) / by.at[best, "jct_mean"]
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
 def passing_summary(cells: pd.DataFrame, margin: float = 0.02) -> pd.DataFrame:
     """The cells in three groups by TOPAS / best (behind by more than `margin`, within it, ahead by more), with
-    the mean `entries_passing` of TOPAS and of each cell's best baseline (docs/decisions/0049)."""
+    the mean `entries_passing` of TOPAS and of each cell's best baseline (docs/decisions/0049), and the mean
+    changes of the JCT's two parts where `cells` has them (docs/decisions/0050)."""
     ratio = cells["topas / best"]
     groups = {f"TOPAS behind by more than {margin:.0%}": ratio > 1 + margin,
               f"within {margin:.0%}": (ratio >= 1 - margin) & (ratio <= 1 + margin),
               f"TOPAS ahead by more than {margin:.0%}": ratio < 1 - margin}
-    return pd.DataFrame([{"cells": name, "count": int(m.sum()), "topas passing": cells.loc[m, "topas passing"].mean(),
-                          "best passing": cells.loc[m, "best passing"].mean()} for name, m in groups.items()])
+    means = ["topas passing", "best passing", *(c for c in SPLIT.values() if c in cells)]
+    return pd.DataFrame([{"cells": name, "count": int(m.sum()), **{c: cells.loc[m, c].mean() for c in means}}
+                         for name, m in groups.items()])
 
 
 def with_variants(base: pd.DataFrame, base_dir: str, topas_dir: str | None, variant_dirs: list[str],
@@ -161,11 +178,17 @@ def _display_cells(wide: pd.DataFrame) -> pd.DataFrame:
 
 def _print_passing(base: pd.DataFrame, base_dir: str) -> None:
     """`--passing`: the correlation, the grouped cells, then every cell (worst TOPAS / best last)."""
-    from analysis.load import load_requests
-    from analysis.stage_waits import entries_passing
+    from analysis.load import load_requests, load_tasks
+    from analysis.stage_waits import entries_passing, jct_split
 
     base = base[~base["scheduler"].isin(REFERENCES)]  # never a best baseline: their requests are not read
-    cells = passing_cells(base.assign(entries_passing=[entries_passing(load_requests(d)) for d in base["run_dir"]]))
+    passing, split = [], []
+    for d in base["run_dir"]:
+        requests = load_requests(d)
+        passing.append(entries_passing(requests))
+        split.append(jct_split(requests, load_tasks(d)))
+    entry, progress = zip(*split) if split else ((), ())
+    cells = passing_cells(base.assign(entries_passing=passing, entry_wait_s=list(entry), in_progress_s=list(progress)))
     if cells.empty:
         sys.exit(f"error: no cell with TOPAS and a baseline under {base_dir}")
     corr = cells["topas / best"].corr(cells["topas passing"] - cells["best passing"])
@@ -202,6 +225,10 @@ def main(argv: list[str]) -> None:
     except ValueError as e:
         sys.exit(f"error: {e}")
     print(display.to_markdown(shapes.standings_display(standing)))
+    if variants:
+        env, high = envelope(wide), wide["load"] >= 0.8
+        print(f"\nthe per-cell best of TOPAS and the variants / best baseline: geometric mean {shapes.geomean(env):.3f}, "
+              f"loads >= 0.8: {shapes.geomean(env[high]):.3f}, cells above 1.03: {int((env > 1.03).sum())}")
     print()
     print(display.to_markdown(_display_cells(wide)))
 

@@ -9,9 +9,9 @@ see which calls a scheduler makes wait (docs/decisions/0022, 0028, 0029); not pa
 `--value miss` shows each stage's uncached agent-prefix tokens per call instead (`prefix_miss`), and
 `--value service` its mean service seconds. `--value engine` shows, instead of stages, what the engine did in
 those runs (mean batch, cache hit rate, prefill tokens computed, bytes swapped in, preemptions, the share of
-task histories left idle past the cache's turnover, and the share of tasks started while a started task's call
-waited; `engine_table`):
-whether a scheduler's JCT comes from its order or from its throughput. A scheduler met in several folders is
+task histories left idle past the cache's turnover, the share of tasks started while a started task's call
+waited, and the mean JCT split into the wait for a task's first admission and the time from then to its end;
+`engine_table`): whether a scheduler's JCT comes from its order or from its throughput. A scheduler met in several folders is
 labelled by its folder. Stages are in the order their calls become ready within a task.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import display
-from analysis.load import LoadError, load_requests, load_runs
+from analysis.load import LoadError, load_requests, load_runs, load_tasks
 
 VALUES = {"wait": "wait_s", "miss": "prefix_miss", "service": "service_s"}  # per-stage values
 # a run summary's engine figures (topas/results.py), averaged over a label's runs by `engine_table`
@@ -68,6 +68,17 @@ def entries_passing(requests: pd.DataFrame) -> float:
     return float(passed.any(axis=1).mean())
 
 
+def jct_split(requests: pd.DataFrame, tasks: pd.DataFrame) -> tuple[float, float]:
+    """(mean entry wait, mean time in progress) of the measured tasks (warm-up left out, as the run's mean JCT):
+    arrival to the first admission of any of its calls, and from there to its end; the two add up to its JCT.
+    A scheduler that starts tasks sooner without finishing them sooner moves time from the first to the second:
+    by Little's law only the sum, the number of unfinished tasks, counts (docs/decisions/0050)."""
+    start = requests.groupby("task_id")["first_admit"].min()
+    t = tasks[~tasks["warmup"]] if "warmup" in tasks else tasks
+    begun = t["task_id"].map(start)
+    return float((begun - t["arrival"]).mean()), float((t["finish"] - begun).mean())
+
+
 def stage_summary(requests: pd.DataFrame) -> pd.DataFrame:
     """One run's requests -> per stage: its calls, mean wait, service and uncached prefix tokens, and its mean
     offset from its task's first ready call (the stage order)."""
@@ -102,14 +113,18 @@ def stage_table(runs: pd.DataFrame, value: str = "wait_s") -> pd.DataFrame:
 
 def engine_table(runs: pd.DataFrame) -> pd.DataFrame:
     """A row per `label` of `runs` (as `stage_table`'s): its mean JCT, p99 JCT and makespan, then the engine figures
-    of its run summaries (ENGINE) and `history_outlived` of its requests, each averaged over the label's runs."""
-    outlived, passing = [], []
+    of its run summaries (ENGINE), then `history_outlived`, `entries_passing` and `jct_split` of its requests, each
+    averaged over the label's runs."""
+    outlived, passing, entry, progress = [], [], [], []
     for r in runs.itertuples():
         requests = load_requests(r.run_dir)
         outlived.append(history_outlived(requests, r.kv_pool_tokens, r.makespan_s))
         passing.append(entries_passing(requests))
-    return _by_label(runs.assign(history_outlived=outlived, entries_passing=passing),
-                     ["jct_mean", "jct_p99", "makespan_s", *ENGINE, "history_outlived", "entries_passing"])[1]
+        split = jct_split(requests, load_tasks(r.run_dir))
+        entry.append(split[0])
+        progress.append(split[1])
+    extra = {"history_outlived": outlived, "entries_passing": passing, "entry_wait_s": entry, "in_progress_s": progress}
+    return _by_label(runs.assign(**extra), ["jct_mean", "jct_p99", "makespan_s", *ENGINE, *extra])[1]
 
 
 def select(runs: pd.DataFrame, workload: str, load: float | None, seeds: list[int] | None,

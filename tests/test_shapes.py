@@ -170,7 +170,7 @@ def test_shape_cells_pair_each_scheduler_with_the_best_other_and_never_a_referen
 
 
 def test_a_design_sample_variant_is_scored_against_the_best_baseline_and_against_topas_on_common_cells():
-    from analysis.design_sample import compare
+    from analysis.design_sample import compare, envelope
 
     base, variant = [], []
     for seed, noise in enumerate((0.0, 0.5, -0.5)):
@@ -185,6 +185,8 @@ def test_a_design_sample_variant_is_scored_against_the_best_baseline_and_against
     row = wide.set_index("shape").loc["d8"]
     assert row["topas / best"] == pytest.approx(1.1, rel=1e-3) and row["v / best"] == pytest.approx(0.99, rel=1e-3)
     assert row["v vs topas"] == pytest.approx(-0.1, abs=1e-3) and row["v verdict"] == "win"
+    # the per-cell best of TOPAS and the variants: the variant's 0.99 in the one common cell
+    assert list(envelope(wide)) == pytest.approx([0.99], rel=1e-3)
     with pytest.raises(ValueError, match="no \\(shape, load\\) cell is common"):
         compare(_runs(base), {"v": _runs([("shape_d3", "topas", 0.5, 0, 90.0)])})  # a cell the sample lacks
 
@@ -220,3 +222,10 @@ def test_passing_cells_set_topas_against_the_best_baseline_and_group_the_cells()
     s = passing_summary(c.reset_index()).set_index("cells")
     assert list(s["count"]) == [1, 1, 1]  # d1 behind, d3 within, d2 ahead
     assert s.iloc[0]["topas passing"] == 0.5 and s.iloc[2]["best passing"] == 0.4
+    assert "entry wait change" not in c  # no split columns given: none made up
+    # with the JCT's two parts: d1's TOPAS starts its tasks 5 s sooner and spends 15 s longer in progress
+    split = runs.assign(entry_wait_s=[20.0, 25.0, 0.0, 10.0, 10.0, 5.0, 5.0],
+                        in_progress_s=[90.0, 75.0, 105.0, 80.0, 90.0, 95.0, 95.0])
+    c = passing_cells(split).set_index("shape")
+    assert c.loc["d1", "entry wait change"] == pytest.approx(-0.05) and c.loc["d1", "in-progress change"] == pytest.approx(0.15)
+    assert passing_summary(c.reset_index()).iloc[0]["in-progress change"] == pytest.approx(0.15)

@@ -70,6 +70,9 @@ def test_the_engine_table_averages_each_labels_run_summaries(main_runs, capsys):
     stage_waits.main([str(main_runs), "--workload", "dag4", "--value", "engine"])
     out = capsys.readouterr().out
     assert "swap_in_GB" in out and "prefill_k_tokens" in out and "| topas" in out and "| fcfs" in out
+    # the JCT's two parts add up to the runs' mean JCT (the summaries' measured tasks)
+    both = table.loc["topas", "entry_wait_s"] + table.loc["topas", "in_progress_s"]
+    assert both == pytest.approx(table.loc["topas", "jct_mean"]) and table.loc["topas", "in_progress_s"] > 0
 
 
 def test_history_outlived_counts_same_agent_histories_idle_past_the_cache_turnover():
@@ -96,3 +99,11 @@ def test_entries_passing_counts_tasks_started_while_a_started_tasks_call_waits()
     fresh = pd.DataFrame([(0, 0.0, 5.0), (1, 1.0, 2.0)], columns=cols)
     assert stage_waits.entries_passing(fresh) == 0.0
     assert pd.isna(stage_waits.entries_passing(fresh.iloc[:0]))
+
+
+def test_jct_split_is_the_wait_for_a_tasks_first_admission_and_the_rest():
+    requests = pd.DataFrame([(0, 3.0), (0, 1.0), (1, 12.0), (2, 0.5)], columns=["task_id", "first_admit"])
+    tasks = pd.DataFrame([(0, 0.0, 10.0, False), (1, 10.0, 20.0, False), (2, 0.0, 2.0, True)],  # task 2: warm-up
+                         columns=["task_id", "arrival", "finish", "warmup"])
+    # task 0 starts at 1 (its earliest admission) and ends at 10; task 1 waits 2 s and runs 8 s
+    assert stage_waits.jct_split(requests, tasks) == (1.5, 8.5)
