@@ -11,8 +11,8 @@ see which calls a scheduler makes wait (docs/decisions/0022, 0028, 0029); not pa
 those runs (mean batch, cache hit rate, prefill tokens computed, bytes swapped in, preemptions, the share of
 task histories left idle past the cache's turnover, the share of tasks started while a started task's call
 waited, and the mean JCT split into the wait for a task's first admission and the time from then to its end;
-`engine_table`): whether a scheduler's JCT comes from its order or from its throughput. A scheduler met in several folders is
-labelled by its folder. Stages are in the order their calls become ready within a task.
+`engine_table`): whether a scheduler's JCT comes from its order or from its throughput. A scheduler met in
+several folders is labelled by its folder. Stages are in the order their calls become ready within a task.
 """
 
 from __future__ import annotations

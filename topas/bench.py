@@ -61,8 +61,8 @@ def profile_arg(argv: list[str]) -> tuple[list[str], int | None]:
 
 @contextmanager
 def decisions_profiled(profile: cProfile.Profile) -> Iterator[None]:
-    """Runs made inside collect, in `profile`, the calls of their policy's `schedule` only (the engine's time
-    left out). The policy is wrapped where the runner makes it, as topas.decision_trace does: same decisions."""
+    """Inside it, a run records in `profile` its policy's `schedule` calls only (the engine's time left out). The
+    policy is wrapped where the runner makes it, as topas.decision_trace does, so its decisions are unchanged."""
     from topas.policy import create_policy
 
     def make(name, params=None):
