@@ -178,17 +178,10 @@ def _display_cells(wide: pd.DataFrame) -> pd.DataFrame:
 
 def _print_passing(base: pd.DataFrame, base_dir: str) -> None:
     """`--passing`: the correlation, the grouped cells, then every cell (worst TOPAS / best last)."""
-    from analysis.load import load_requests, load_tasks
-    from analysis.stage_waits import entries_passing, jct_split
+    from analysis.stage_waits import with_order_measures
 
     base = base[~base["scheduler"].isin(REFERENCES)]  # never a best baseline: their requests are not read
-    passing, split = [], []
-    for d in base["run_dir"]:
-        requests = load_requests(d)
-        passing.append(entries_passing(requests))
-        split.append(jct_split(requests, load_tasks(d)))
-    entry, progress = zip(*split) if split else ((), ())
-    cells = passing_cells(base.assign(entries_passing=passing, entry_wait_s=list(entry), in_progress_s=list(progress)))
+    cells = passing_cells(with_order_measures(base))
     if cells.empty:
         sys.exit(f"error: no cell with TOPAS and a baseline under {base_dir}")
     corr = cells["topas / best"].corr(cells["topas passing"] - cells["best passing"])

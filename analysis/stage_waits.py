@@ -57,7 +57,7 @@ def entries_passing(requests: pd.DataFrame) -> float:
     SRPT or FCFS order never does this while the passed call fits; a scheduler that starts new tasks while
     started ones wait for memory or for their agent does (docs/decisions/0049). NaN for a run with no task."""
     r = requests[["task_id", "ready", "first_admit"]].dropna()
-    start = r.groupby("task_id")["first_admit"].min()
+    start = task_starts(r)
     if start.empty:
         return float("nan")
     started = r["task_id"].map(start).to_numpy()
@@ -68,14 +68,18 @@ def entries_passing(requests: pd.DataFrame) -> float:
     return float(passed.any(axis=1).mean())
 
 
+def task_starts(requests: pd.DataFrame) -> pd.Series:
+    """Each task's start: the first admission of any of its calls, by task id."""
+    return requests.groupby("task_id")["first_admit"].min()
+
+
 def jct_split(requests: pd.DataFrame, tasks: pd.DataFrame) -> tuple[float, float]:
     """(mean entry wait, mean time in progress) of the measured tasks (warm-up left out, as the run's mean JCT):
     arrival to the first admission of any of its calls, and from there to its end; the two add up to its JCT.
     A scheduler that starts tasks sooner without finishing them sooner moves time from the first to the second:
     by Little's law only the sum, the number of unfinished tasks, counts (docs/decisions/0050)."""
-    start = requests.groupby("task_id")["first_admit"].min()
     t = tasks[~tasks["warmup"]] if "warmup" in tasks else tasks
-    begun = t["task_id"].map(start)
+    begun = t["task_id"].map(task_starts(requests))
     return float((begun - t["arrival"]).mean()), float((t["finish"] - begun).mean())
 
 
@@ -111,20 +115,26 @@ def stage_table(runs: pd.DataFrame, value: str = "wait_s") -> pd.DataFrame:
     return head.join(by_stage)
 
 
-def engine_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """A row per `label` of `runs` (as `stage_table`'s): its mean JCT, p99 JCT and makespan, then the engine figures
-    of its run summaries (ENGINE), then `history_outlived`, `entries_passing` and `jct_split` of its requests, each
-    averaged over the label's runs."""
-    outlived, passing, entry, progress = [], [], [], []
+ORDER = ("history_outlived", "entries_passing", "entry_wait_s", "in_progress_s")  # `with_order_measures`' columns
+
+
+def with_order_measures(runs: pd.DataFrame) -> pd.DataFrame:
+    """`runs` with the measures of each run's requests and tasks tables (ORDER): `history_outlived`,
+    `entries_passing` and the two parts of `jct_split`, each table read once per run."""
+    columns: dict[str, list[float]] = {c: [] for c in ORDER}
     for r in runs.itertuples():
         requests = load_requests(r.run_dir)
-        outlived.append(history_outlived(requests, r.kv_pool_tokens, r.makespan_s))
-        passing.append(entries_passing(requests))
-        split = jct_split(requests, load_tasks(r.run_dir))
-        entry.append(split[0])
-        progress.append(split[1])
-    extra = {"history_outlived": outlived, "entries_passing": passing, "entry_wait_s": entry, "in_progress_s": progress}
-    return _by_label(runs.assign(**extra), ["jct_mean", "jct_p99", "makespan_s", *ENGINE, *extra])[1]
+        entry, progress = jct_split(requests, load_tasks(r.run_dir))
+        for c, v in zip(ORDER, (history_outlived(requests, r.kv_pool_tokens, r.makespan_s),
+                                entries_passing(requests), entry, progress)):
+            columns[c].append(v)
+    return runs.assign(**columns)
+
+
+def engine_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """A row per `label` of `runs` (as `stage_table`'s): its mean JCT, p99 JCT and makespan, then the engine figures
+    of its run summaries (ENGINE) and the measures of its requests (ORDER), each averaged over the label's runs."""
+    return _by_label(with_order_measures(runs), ["jct_mean", "jct_p99", "makespan_s", *ENGINE, *ORDER])[1]
 
 
 def select(runs: pd.DataFrame, workload: str, load: float | None, seeds: list[int] | None,

@@ -47,16 +47,16 @@ class Tracing(Policy):
         decision = self.inner.schedule(view)
         waiting = Counter(r.agent for r in view.waiting)
         running = Counter(r.agent for r in view.running)
-        for agent, p in view.prefixes.items():
+        on_device = {a for a, p in view.prefixes.items() if p.device_tokens >= p.tokens}
+        for agent in view.prefixes:
             self.rows.append({"decision": self.decisions, "now": view.now, "agent": agent, "waiting": waiting[agent],
-                              "running": running[agent], "on_device": p.device_tokens >= p.tokens,
-                              "listed": len(decision.admit)})
+                              "running": running[agent], "on_device": agent in on_device, "listed": len(decision.admit)})
         place = {rid: i for i, rid in enumerate(decision.admit)}
         running_tasks = {r.task_id for r in view.running}
         self.queues.append({
             "waiting": {r.rid: (r.task_id, r.agent, place.get(r.rid)) for r in view.waiting},
             "started": {t for t, p in view.tasks.items() if p.stage_done or t in running_tasks},
-            "on_device": {a for a, p in view.prefixes.items() if p.device_tokens >= p.tokens}})
+            "on_device": on_device})
         self.decisions += 1
         return decision
 
