@@ -83,7 +83,8 @@ def _job_fields(job: str) -> dict:
 def _config_difference(a: str, b: str) -> str:
     """The config keys two run folders differ in (from their config.yaml)."""
     flat = [pd.json_normalize(yaml.safe_load((Path(d) / "config.yaml").read_text()) or {}).iloc[0].to_dict() for d in (a, b)]
-    keys = sorted(k for k in set(flat[0]) | set(flat[1]) if str(flat[0].get(k)) != str(flat[1].get(k)))
+    keys = sorted(k for k in set(flat[0]) | set(flat[1])
+                  if str(flat[0].get(k)) != str(flat[1].get(k)) and k not in ("out_dir", "run_subdir"))  # paths follow the rest
     return ", ".join(keys[:4]) or "nothing but the code"
 
 

@@ -12,7 +12,8 @@ those runs (mean batch, cache hit rate, prefill tokens computed, bytes swapped i
 task histories left idle past the cache's turnover, the share of tasks started while a started task's call
 waited, and the mean JCT split into the wait for a task's first admission and the time from then to its end;
 `engine_table`): whether a scheduler's JCT comes from its order or from its throughput. A scheduler met in
-several folders is labelled by its folder. Stages are in the order their calls become ready within a task.
+several folders is labelled by its folder (by its path where two folders share a name). A selection with two
+runs of one scheduler and seed (other loads, host tiers or pools under one folder) is refused, not averaged. Stages are in the order their calls become ready within a task.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import display
-from analysis.load import LoadError, load_requests, load_runs, load_tasks
+from analysis.load import LoadError, _config_difference, load_requests, load_runs, load_tasks
 
 VALUES = {"wait": "wait_s", "miss": "prefix_miss", "service": "service_s"}  # per-stage values
 # a run summary's engine figures (topas/results.py), averaged over a label's runs by `engine_table`
@@ -150,6 +151,23 @@ def select(runs: pd.DataFrame, workload: str, load: float | None, seeds: list[in
     return runs[keep]
 
 
+def folder_names(folders: list[str]) -> list[str]:
+    """A label per folder: its name, or its path where two folders share a name (host0-memNone under each
+    scheduler of a regime cell), so no folder's runs replace another's."""
+    names = [Path(d).name for d in folders]
+    return [n if names.count(n) == 1 else str(Path(d)) for n, d in zip(names, folders)]
+
+
+def check_one_config(runs: pd.DataFrame, folder: str) -> None:
+    """A LoadError where a folder's selection holds two runs of one scheduler and seed: runs of other loads, host
+    tiers or pools (a regime folder holds four configs per load) would be averaged as if they were seeds."""
+    dup = runs[runs.duplicated(["scheduler", "seed"], keep=False)].sort_values(["scheduler", "seed", "run_dir"])
+    if len(dup):
+        a, b = dup["run_dir"].iloc[0], dup["run_dir"].iloc[1]
+        raise LoadError(f"{folder} holds several runs of {dup['scheduler'].iloc[0]} seed {dup['seed'].iloc[0]} "
+                        f"({a} and {b} differ in {_config_difference(a, b)}): pass --load, or one config's folder")
+
+
 def label_by_folder(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The folders' runs together, each labelled by its scheduler, or `scheduler (folder)` where a scheduler
     appears in more than one folder (a variant of it)."""
@@ -172,9 +190,11 @@ def main(argv: list[str]) -> None:
                     help="what each stage column shows; engine: the runs' engine figures instead of stages")
     args = ap.parse_args(argv)
     try:
-        frames = {Path(d).name: select(load_runs(d), args.workload, args.load, args.seed, args.scheduler)
-                  for d in args.folders}
+        frames = {name: select(load_runs(d), args.workload, args.load, args.seed, args.scheduler)
+                  for name, d in zip(folder_names(args.folders), args.folders)}
         frames = {k: v for k, v in frames.items() if len(v)}
+        for name, runs in frames.items():
+            check_one_config(runs, name)
         if not frames:
             sys.exit(f"error: no complete run of workload {args.workload}"
                      + (f" at load {args.load:g}" if args.load is not None else "") + " under " + ", ".join(args.folders))

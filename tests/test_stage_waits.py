@@ -56,6 +56,30 @@ def test_a_scheduler_in_two_folders_is_labelled_by_folder(main_runs):
     assert set(both["label"]) == {"fcfs", "topas (base)", "topas (design_v)"}
 
 
+def test_folders_of_one_name_keep_their_own_rows(main_runs, tmp_path, capsys):
+    """A regime cell's configs are folders of one name under each scheduler (host0-memNone): neither replaces
+    the other, each is labelled by its path."""
+    assert stage_waits.folder_names(["x/a/cfg", "x/b/cfg", "x/c"]) == ["x/a/cfg", "x/b/cfg", "c"]
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "main").symlink_to(main_runs)
+    stage_waits.main([str(tmp_path / "a" / "main"), str(tmp_path / "b" / "main"), "--workload", "dag4",
+                      "--scheduler", "topas"])
+    out = capsys.readouterr().out
+    assert f"| topas ({tmp_path / 'a' / 'main'})" in out and f"| topas ({tmp_path / 'b' / 'main'})" in out
+
+
+def test_two_configs_of_one_scheduler_and_seed_in_a_folder_are_refused(main_runs):
+    """Runs of two host tiers (or loads, or pools) in one selection would be averaged as seeds: a LoadError
+    naming the config key they differ in (here two runs relabelled as one seed: they differ in their seed)."""
+    from analysis.load import LoadError
+
+    runs = stage_waits.select(load_runs(main_runs), "dag4", None, None, ["topas"])
+    stage_waits.check_one_config(runs, "main")  # one run per seed: accepted
+    with pytest.raises(LoadError, match=r"main holds several runs of topas seed 0 \(.* differ in seed\): pass --load"):
+        stage_waits.check_one_config(runs.assign(seed=0), "main")
+
+
 def test_a_cell_with_no_run_is_one_error_line(main_runs, capsys):
     with pytest.raises(SystemExit, match="error: no complete run of workload shape_x at load 1.1"):
         stage_waits.main([str(main_runs), "--workload", "shape_x", "--load", "1.1"])
