@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import pandas as pd
 
 from analysis import display, shapes, tables
-from analysis.load import ROOT, load_runs
+from analysis.load import ROOT, folder_labels, load_runs
 from topas.scheduler_sets import REFERENCES
 
 TOPAS = "topas"
@@ -150,7 +149,7 @@ def passing_summary(cells: pd.DataFrame, margin: float = 0.02) -> pd.DataFrame:
 def with_variants(base: pd.DataFrame, base_dir: str, topas_dir: str | None, variant_dirs: list[str],
                   experiment: str) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """The base runs, with TOPAS's own taken from `topas_dir` when given, and each variant folder's runs by name
-    (the folder's name less "design_" / "overload_"). Exits with one line naming a folder without TOPAS runs;
+    (the folder's name less "design_" / "overload_", its path where two would share one). Exits with one line naming a folder without TOPAS runs;
     `experiment`: the conf/experiment that makes the base runs, for that line."""
     if topas_dir:
         own = load_runs(topas_dir)
@@ -158,11 +157,11 @@ def with_variants(base: pd.DataFrame, base_dir: str, topas_dir: str | None, vari
     if base.empty or TOPAS not in set(base["scheduler"]):
         sys.exit(f"error: no TOPAS runs under {base_dir} (python run.py -m +experiment={experiment} hydra/launcher=local)")
     variants = {}
-    for d in variant_dirs:
+    for d, name in zip(variant_dirs, folder_labels(variant_dirs, strip=("design_", "overload_"))):
         runs = load_runs(d)
         if runs.empty or TOPAS not in set(runs["scheduler"]):
             sys.exit(f"error: no TOPAS runs under {d}")
-        variants[Path(d).name.removeprefix("design_").removeprefix("overload_")] = runs
+        variants[name] = runs
     return base, variants
 
 

@@ -80,7 +80,16 @@ def _job_fields(job: str) -> dict:
     return {"workload": kv.get("workload", ""), "scheduler": kv.get("scheduler", ""), "seed": kv.get("seed", "")}
 
 
-def _config_difference(a: str, b: str) -> str:
+def folder_labels(folders: list[str], strip: tuple[str, ...] = ()) -> list[str]:
+    """A label per runs folder: its name less any of `strip`'s prefixes, or its path where two folders would
+    share a label (host0-memNone under each scheduler of a regime cell), so no folder's runs replace another's."""
+    names = [Path(d).name for d in folders]
+    for prefix in strip:
+        names = [n.removeprefix(prefix) for n in names]
+    return [n if names.count(n) == 1 else str(Path(d)) for n, d in zip(names, folders)]
+
+
+def config_difference(a: str, b: str) -> str:
     """The config keys two run folders differ in (from their config.yaml)."""
     flat = [pd.json_normalize(yaml.safe_load((Path(d) / "config.yaml").read_text()) or {}).iloc[0].to_dict() for d in (a, b)]
     keys = sorted(k for k in set(flat[0]) | set(flat[1])
@@ -97,7 +106,7 @@ def _check_one_config_per_cell(df: pd.DataFrame, exp_dir: Path) -> None:
     if len(dup):
         a, b = dup["run_dir"].iloc[0], dup["run_dir"].iloc[1]
         raise LoadError(f"{exp_dir} holds runs of different configs in one cell ({a} and {b} differ in "
-                        f"{_config_difference(a, b)}); give each sweep its own experiment_name")
+                        f"{config_difference(a, b)}); give each sweep its own experiment_name")
 
 
 def _unplanned(exp_dir: Path, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:

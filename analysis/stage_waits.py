@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import pandas as pd
 
 from analysis import display
-from analysis.load import LoadError, _config_difference, load_requests, load_runs, load_tasks
+from analysis.load import LoadError, config_difference, folder_labels, load_requests, load_runs, load_tasks
 
 VALUES = {"wait": "wait_s", "miss": "prefix_miss", "service": "service_s"}  # per-stage values
 # a run summary's engine figures (topas/results.py), averaged over a label's runs by `engine_table`
@@ -151,13 +150,6 @@ def select(runs: pd.DataFrame, workload: str, load: float | None, seeds: list[in
     return runs[keep]
 
 
-def folder_names(folders: list[str]) -> list[str]:
-    """A label per folder: its name, or its path where two folders share a name (host0-memNone under each
-    scheduler of a regime cell), so no folder's runs replace another's."""
-    names = [Path(d).name for d in folders]
-    return [n if names.count(n) == 1 else str(Path(d)) for n, d in zip(names, folders)]
-
-
 def check_one_config(runs: pd.DataFrame, folder: str) -> None:
     """A LoadError where a folder's selection holds two runs of one scheduler and seed: runs of other loads, host
     tiers or pools (a regime folder holds four configs per load) would be averaged as if they were seeds."""
@@ -165,7 +157,7 @@ def check_one_config(runs: pd.DataFrame, folder: str) -> None:
     if len(dup):
         a, b = dup["run_dir"].iloc[0], dup["run_dir"].iloc[1]
         raise LoadError(f"{folder} holds several runs of {dup['scheduler'].iloc[0]} seed {dup['seed'].iloc[0]} "
-                        f"({a} and {b} differ in {_config_difference(a, b)}): pass --load, or one config's folder")
+                        f"({a} and {b} differ in {config_difference(a, b)}): pass --load, or one config's folder")
 
 
 def label_by_folder(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -191,7 +183,7 @@ def main(argv: list[str]) -> None:
     args = ap.parse_args(argv)
     try:
         frames = {name: select(load_runs(d), args.workload, args.load, args.seed, args.scheduler)
-                  for name, d in zip(folder_names(args.folders), args.folders)}
+                  for name, d in zip(folder_labels(args.folders), args.folders)}
         frames = {k: v for k, v in frames.items() if len(v)}
         for name, runs in frames.items():
             check_one_config(runs, name)

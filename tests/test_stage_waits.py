@@ -8,7 +8,7 @@ import pytest
 from helpers.small_runs import shared_small_runs
 
 from analysis import stage_waits
-from analysis.load import load_requests, load_runs
+from analysis.load import folder_labels, load_requests, load_runs
 
 
 def _requests(rows):
@@ -59,7 +59,9 @@ def test_a_scheduler_in_two_folders_is_labelled_by_folder(main_runs):
 def test_folders_of_one_name_keep_their_own_rows(main_runs, tmp_path, capsys):
     """A regime cell's configs are folders of one name under each scheduler (host0-memNone): neither replaces
     the other, each is labelled by its path."""
-    assert stage_waits.folder_names(["x/a/cfg", "x/b/cfg", "x/c"]) == ["x/a/cfg", "x/b/cfg", "c"]
+    assert folder_labels(["x/a/cfg", "x/b/cfg", "x/c"]) == ["x/a/cfg", "x/b/cfg", "c"]
+    assert folder_labels(["v/design_a", "w/overload_a", "design_b"], strip=("design_", "overload_")) == [
+        "v/design_a", "w/overload_a", "b"]
     for side in ("a", "b"):
         (tmp_path / side).mkdir()
         (tmp_path / side / "main").symlink_to(main_runs)
