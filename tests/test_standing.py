@@ -31,6 +31,8 @@ def test_shape_bars_count_only_the_evaluation_sample_and_name_the_losses():
     geo = by["shape family, evaluation sample: geomean TOPAS / best at loads >= 0.8"]
     # at 0.8: nine cells at 0.99 and one at 1.05
     assert not geo.met and geo.measured.startswith(f"{np.exp((9 * np.log(0.99) + np.log(1.05)) / 10):.3f}")
+    # in hindsight, each cell's best scheduler: TOPAS in the nine it wins, SPF in e3
+    assert geo.where == f"the best of every scheduler run, chosen per cell in hindsight: {np.exp(9 * np.log(0.99) / 10):.3f}"
 
 
 def test_shape_bars_met_when_topas_wins_everywhere():
