@@ -149,8 +149,8 @@ def passing_summary(cells: pd.DataFrame, margin: float = 0.02) -> pd.DataFrame:
 def with_variants(base: pd.DataFrame, base_dir: str, topas_dir: str | None, variant_dirs: list[str],
                   experiment: str) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """The base runs, with TOPAS's own taken from `topas_dir` when given, and each variant folder's runs by name
-    (the folder's name less "design_" / "overload_", its path where two would share one). Exits with one line naming a folder without TOPAS runs;
-    `experiment`: the conf/experiment that makes the base runs, for that line."""
+    (the folder's name less "design_" / "overload_", its path where two would share one). Exits with one line
+    naming a folder without TOPAS runs; `experiment`: the conf/experiment that makes the base runs, for that line."""
     if topas_dir:
         own = load_runs(topas_dir)
         base = pd.concat([base[base["scheduler"] != TOPAS], own[own["scheduler"] == TOPAS]])

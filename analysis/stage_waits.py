@@ -13,7 +13,8 @@ task histories left idle past the cache's turnover, the share of tasks started w
 waited, and the mean JCT split into the wait for a task's first admission and the time from then to its end;
 `engine_table`): whether a scheduler's JCT comes from its order or from its throughput. A scheduler met in
 several folders is labelled by its folder (by its path where two folders share a name). A selection with two
-runs of one scheduler and seed (other loads, host tiers or pools under one folder) is refused, not averaged. Stages are in the order their calls become ready within a task.
+runs of one scheduler and seed (other loads, host tiers or pools under one folder) is refused, not averaged.
+Stages are in the order their calls become ready within a task.
 """
 
 from __future__ import annotations
