@@ -24,15 +24,6 @@ settings.register_profile("explore", derandomize=False, max_examples=500)
 settings.load_profile("ci")
 
 
-def pytest_collection_modifyitems(config, items):
-    """`make test` spreads the tests over the CPUs (pytest-xdist, `--dist loadgroup`): the tests of a module that
-    share a module- or class-scoped fixture (a real SGLang server, a run set) go to one worker, so it is built once."""
-    for item in items:
-        defs = getattr(item, "_fixtureinfo", None)
-        if defs is not None and any(fd[-1].scope in ("module", "class") for fd in defs.name2fixturedefs.values()):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
-
-
 class LinearLatency(LatencyModel):
     """Deterministic toy latency: 0.1 ms per prefill token, 20 ms + 0.1 ms per request per decode step."""
 
