@@ -97,14 +97,25 @@ def config_difference(a: str, b: str) -> str:
     return ", ".join(keys[:4]) or "nothing but the code"
 
 
+def duplicate_pair(df: pd.DataFrame, cols: list[str]) -> tuple[pd.Series, pd.Series] | None:
+    """Two runs (rows) of `df` that agree on `cols`, both of one key (the first key in sorted order); None if
+    every run's key is its own. The checks below name them, with what their configs differ in."""
+    if df.empty:
+        return None
+    df = df.reset_index(drop=True)  # a concatenation's index may repeat
+    key = df[cols].astype(str)
+    mask = key.duplicated(keep=False)
+    if not mask.any():
+        return None
+    order = key[mask].assign(run_dir=df.loc[mask, "run_dir"].astype(str)).sort_values([*cols, "run_dir"]).index
+    return df.loc[order[0]], df.loc[order[1]]
+
+
 def _check_one_config_per_cell(df: pd.DataFrame, exp_dir: Path) -> None:
     """Runs of different configs in one table cell would be averaged as if they were seeds: a LoadError."""
-    if df.empty:
-        return
-    cols = [c for c in CELL if c in df.columns]
-    dup = df[df[cols].astype(str).duplicated(keep=False)]
-    if len(dup):
-        a, b = dup["run_dir"].iloc[0], dup["run_dir"].iloc[1]
+    pair = duplicate_pair(df, [c for c in CELL if c in df.columns])
+    if pair is not None:
+        a, b = pair[0]["run_dir"], pair[1]["run_dir"]
         raise LoadError(f"{exp_dir} holds runs of different configs in one cell ({a} and {b} differ in "
                         f"{config_difference(a, b)}); give each sweep its own experiment_name")
 

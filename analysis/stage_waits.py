@@ -25,7 +25,7 @@ import sys
 import pandas as pd
 
 from analysis import display
-from analysis.load import LoadError, config_difference, folder_labels, load_requests, load_runs, load_tasks
+from analysis.load import LoadError, config_difference, duplicate_pair, folder_labels, load_requests, load_runs, load_tasks
 
 VALUES = {"wait": "wait_s", "miss": "prefix_miss", "service": "service_s"}  # per-stage values
 # a run summary's engine figures (topas/results.py), averaged over a label's runs by `engine_table`
@@ -154,11 +154,12 @@ def select(runs: pd.DataFrame, workload: str, load: float | None, seeds: list[in
 def check_one_config(runs: pd.DataFrame, folder: str) -> None:
     """A LoadError where a folder's selection holds two runs of one scheduler and seed: runs of other loads, host
     tiers or pools (a regime folder holds four configs per load) would be averaged as if they were seeds."""
-    dup = runs[runs.duplicated(["scheduler", "seed"], keep=False)].sort_values(["scheduler", "seed", "run_dir"])
-    if len(dup):
-        a, b = dup["run_dir"].iloc[0], dup["run_dir"].iloc[1]
-        raise LoadError(f"{folder} holds several runs of {dup['scheduler'].iloc[0]} seed {dup['seed'].iloc[0]} "
-                        f"({a} and {b} differ in {config_difference(a, b)}): pass --load, or one config's folder")
+    pair = duplicate_pair(runs, ["scheduler", "seed"])
+    if pair is not None:
+        a, b = pair
+        raise LoadError(f"{folder} holds several runs of {a['scheduler']} seed {a['seed']} ({a['run_dir']} and "
+                        f"{b['run_dir']} differ in {config_difference(a['run_dir'], b['run_dir'])}): pass --load, "
+                        "or one config's folder")
 
 
 def label_by_folder(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:

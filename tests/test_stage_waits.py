@@ -82,6 +82,19 @@ def test_two_configs_of_one_scheduler_and_seed_in_a_folder_are_refused(main_runs
         stage_waits.check_one_config(runs.assign(seed=0), "main")
 
 
+def test_the_duplicate_pair_named_is_of_one_key():
+    """Rows of two duplicated keys interleaved: the pair named agrees on its key (else the config difference printed
+    would be between runs of two cells)."""
+    from analysis.load import duplicate_pair
+
+    df = pd.DataFrame({"scheduler": ["spf", "fcfs", "spf", "fcfs", "lpm"], "seed": [1, 0, 1, 0, 2],
+                       "run_dir": ["s1b", "f0a", "s1a", "f0b", "l2"]})
+    a, b = duplicate_pair(df, ["scheduler", "seed"])
+    assert (a["run_dir"], b["run_dir"]) == ("f0a", "f0b")
+    assert duplicate_pair(df.iloc[[0, 1, 4]], ["scheduler", "seed"]) is None
+    assert duplicate_pair(df.iloc[:0], ["scheduler", "seed"]) is None
+
+
 def test_a_cell_with_no_run_is_one_error_line(main_runs, capsys):
     with pytest.raises(SystemExit, match="error: no complete run of workload shape_x at load 1.1"):
         stage_waits.main([str(main_runs), "--workload", "shape_x", "--load", "1.1"])
