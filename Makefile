@@ -26,10 +26,17 @@ run: $(STAMP)
 ## keeps a GPU sglang install (`make sglang-gpu`, detected by its sglang-kernel) as it is;
 ## SKIP_SGLANG_CPU=1 skips that step altogether). The tests run in a random order (pytest-randomly, a dev extra: the seed is
 ## printed first; ARGS="--randomly-seed=N" repeats an order, ARGS="-p no:randomly" keeps file order), so a test
-## that passes only after another fails loudly.
+## that passes only after another fails loudly. Two pytest runs: every test outside tests/sglang spread over
+## TEST_WORKERS processes (pytest-xdist; a test file per process, so its shared fixtures are built once; 0: one
+## process), then the real-server tests (tests/sglang) in one process, since two CPU servers at once made them fail
+## (docs/decisions/0052). ARGS are pytest options for both runs (-x, -k, --randomly-seed=N); a run they leave without
+## a test passes. For a few files, run .venv/bin/pytest on them.
+TEST_WORKERS ?= auto
+TEST_ENV = $(if $(SKIP_SGLANG_CPU),,TOPAS_REQUIRE_SGLANG=1)
 test: $(STAMP) $(if $(SKIP_SGLANG_CPU),,sglang-cpu)
 	$(PY) -m ruff check .
-	$(if $(SKIP_SGLANG_CPU),,TOPAS_REQUIRE_SGLANG=1) $(PY) -m pytest $(ARGS)
+	$(TEST_ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --ignore=tests/sglang $(ARGS) || [ $$? -eq 5 ]
+	$(TEST_ENV) $(PY) -m pytest tests/sglang $(ARGS) || [ $$? -eq 5 ]
 
 ## Simulator speed benchmark (simulated seconds per wall second).
 bench: $(STAMP)
