@@ -6,7 +6,10 @@ how its decisions hold the agents' prefixes: per agent, the share of decisions a
 running call (idle, evictable), and the mean of its waiting and running calls. Records 0047-0048 read it to tell
 a prefix kept resident by a stream of admitted calls from an idle one. Last, the calls of started tasks it left
 waiting at the decisions after which a new task started (`passed_calls`): where the decision listed each against
-the new task's call and whether its prefix was on the device; record 0049 reads it.
+the new task's call and whether its prefix was on the device; record 0049 reads it. And the decisions that opened an
+agent (admitted a call of an agent with no running call), with how many calls of the running agents they left
+waiting (`opened_agents`): the phase-batching reference never opens an agent while such a call waits; record 0053
+reads it.
 
     python -m topas.decision_trace workload=shapes workload.params.shape=e26 workload.load=1.1 \\
         workload.arrival_rate=null workload.num_tasks=60 seed=0 scheduler=topas [--csv trace.csv]
@@ -55,6 +58,7 @@ class Tracing(Policy):
         running_tasks = {r.task_id for r in view.running}
         self.queues.append({
             "waiting": {r.rid: (r.task_id, r.agent, place.get(r.rid)) for r in view.waiting},
+            "running_agents": set(running),
             "started": {t for t, p in view.tasks.items() if p.stage_done or t in running_tasks},
             "on_device": on_device})
         self.decisions += 1
@@ -84,8 +88,9 @@ def passed_calls(queues: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["decision", "rid", "agent", "listed", "prefix on device"])
 
 
-def trace(overrides: list[str]) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
-    """One run with these overrides: a row per (decision, agent), the run's summary, and `passed_calls`."""
+def trace(overrides: list[str]) -> tuple[pd.DataFrame, dict, pd.DataFrame, pd.DataFrame]:
+    """One run with these overrides: a row per (decision, agent), the run's summary, `passed_calls` and
+    `opened_agents`."""
     from topas.runner import run
     from topas.sweep import compose_config
 
@@ -98,7 +103,25 @@ def trace(overrides: list[str]) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
 
     with tempfile.TemporaryDirectory() as out, mock.patch("topas.runner.create_policy", wrapped):
         _, summary = run(cfg, out_dir=out, quiet=True)
-    return pd.DataFrame(made[-1].rows), summary, passed_calls(made[-1].queues)
+    return pd.DataFrame(made[-1].rows), summary, passed_calls(made[-1].queues), opened_agents(made[-1].queues)
+
+
+def opened_agents(queues: list[dict]) -> pd.DataFrame:
+    """A row per decision after which a call of an agent with no running call was admitted (the decision opened
+    that agent: its prefix now holds memory beside the running agents'), with the calls of running agents it left
+    waiting. The phase-batching reference never opens an agent while a running agent's call waits; record 0053
+    counts how often TOPAS does on MetaGPT-TL."""
+    rows = []
+    for d, (now, nxt) in enumerate(zip(queues, queues[1:])):
+        admitted = now["waiting"].keys() - nxt["waiting"].keys()
+        running = now["running_agents"]
+        opened = sorted({now["waiting"][rid][1] for rid in admitted} - running)
+        if not opened:
+            continue
+        left = sum(1 for rid, (_, agent, _) in now["waiting"].items() if agent in running and rid not in admitted)
+        rows.append({"decision": d, "opened": ", ".join(opened), "agents running": len(running),
+                     "running agents' calls left waiting": left})
+    return pd.DataFrame(rows, columns=["decision", "opened", "agents running", "running agents' calls left waiting"])
 
 
 def per_agent(rows: pd.DataFrame) -> pd.DataFrame:
@@ -119,7 +142,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--csv", help="also write the row per (decision, agent) here")
     args = ap.parse_args(argv)
     try:
-        rows, summary, passed = trace(args.overrides)
+        rows, summary, passed, opened = trace(args.overrides)
     except Exception as e:  # a bad override or config: Hydra's and the runner's errors, on one line
         sys.exit(f"error: {one_line(e)}")
     if rows.empty:
@@ -132,6 +155,9 @@ def main(argv: list[str]) -> None:
     resident = rows.groupby("decision")["on_device"].sum().value_counts(normalize=True).sort_index()
     print(f"\n{rows['decision'].nunique()} decisions; agent prefixes on the device at once: "
           + ", ".join(f"{int(k)} at {v:.1%}" for k, v in resident.items()))
+    beside = opened[opened["running agents' calls left waiting"] > 0]
+    print(f"\ndecisions that opened an agent: {len(opened)}; of them while a running agent's call waited: {len(beside)}"
+          f" ({len(beside) / max(len(opened), 1):.1%})")
     starts = passed["decision"].nunique()
     print(f"\ndecisions after which a task started while a started task's call waited: {starts}; such calls: {len(passed)}")
     if len(passed):
