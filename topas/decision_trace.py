@@ -24,6 +24,7 @@ import argparse
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from unittest import mock
 
 import pandas as pd
@@ -65,15 +66,20 @@ class Tracing(Policy):
         return decision
 
 
+def admissions(queues: list[dict]) -> Iterator[tuple[int, dict, set[str]]]:
+    """(decision, its queue record, the rids admitted after it) for every decision but the last: a call leaves the
+    queue only by admission, so the calls admitted after decision d are those waiting at d and not at d + 1."""
+    for d, (now, nxt) in enumerate(zip(queues, queues[1:])):
+        yield d, now, now["waiting"].keys() - nxt["waiting"].keys()
+
+
 def passed_calls(queues: list[dict]) -> pd.DataFrame:
     """A row per call of a started task left waiting at a decision after which a task's first call was admitted
     (`analysis.stage_waits.entries_passing` counts these starts from the run's tables): where the decision listed it
     against the first such entry call (ahead, behind, or not listed) and whether its agent's prefix was on the
-    device. A call leaves the queue only by admission, so the calls admitted after decision d are those waiting at d
-    and not at d + 1."""
+    device (`admissions` tells the calls admitted after each decision)."""
     rows = []
-    for d, (now, nxt) in enumerate(zip(queues, queues[1:])):
-        admitted = now["waiting"].keys() - nxt["waiting"].keys()
+    for d, now, admitted in admissions(queues):
         entries = [now["waiting"][rid][2] for rid in admitted if now["waiting"][rid][0] not in now["started"]]
         if not entries:
             continue
@@ -112,8 +118,7 @@ def opened_agents(queues: list[dict]) -> pd.DataFrame:
     waiting. The phase-batching reference never opens an agent while a running agent's call waits; record 0053
     counts how often TOPAS does on MetaGPT-TL."""
     rows = []
-    for d, (now, nxt) in enumerate(zip(queues, queues[1:])):
-        admitted = now["waiting"].keys() - nxt["waiting"].keys()
+    for d, now, admitted in admissions(queues):
         running = now["running_agents"]
         opened = sorted({now["waiting"][rid][1] for rid in admitted} - running)
         if not opened:
