@@ -128,10 +128,12 @@ def build_problem(view: SchedulerView, e: DecisionEstimates, est: Estimator, p: 
         reload_s = est.swap_s(view, ps.tokens)
         on_gpu = ps.residency == Residency.GPU
         agents[a] = AgentOption(a, ps.tokens, a in forced, on_gpu, 0.0 if on_gpu else reload_s, reuse_n.get(a, 0), reload_s)
-    request_agent, request_task, request_tokens = {}, {}, {}
+    request_agent, request_task, request_tokens, hot = {}, {}, {}, []
     for rs in scored_waiting.values():
         for r in rs:
             request_agent[r.rid], request_task[r.rid], request_tokens[r.rid] = r.agent, r.task_id, e.kv[r.rid]
+            if r.cached_tokens > r.prefix_tokens:
+                hot.append(r.rid)
     return Problem(
         kv_pool_tokens=view.kv_pool_tokens,
         base_tokens=sum([e.kv[r.rid] for r in view.running]),
@@ -149,6 +151,7 @@ def build_problem(view: SchedulerView, e: DecisionEstimates, est: Estimator, p: 
         context_s=context or {},
         running=running,
         overdue=overdue,
+        hot=frozenset(hot),
     )
 
 

@@ -20,9 +20,10 @@ from topas.scheduler.problem import Chain, Plan, Problem
 from topas.scheduler.score import score_state
 
 
-def _heads(p: Problem, resident: frozenset[str]) -> list[tuple[float, int, int, Chain]]:
+def _heads(p: Problem, resident: frozenset[str], overdue: bool) -> list[tuple[float, int, int, Chain]]:
     """Heap entries (-value, task, index in chain, chain) of the first call of each task under R': of its
-    chain for its agents in R', or, for an overdue task with none in R', of its full chain (index -1).
+    chain for its agents in R', or, with `overdue`, for an overdue task with none in R', of its full chain
+    (index -1).
     Tasks with the same agents share R' membership, so each group's entries are built once per decision
     and eligible set; chains not read yet are read in task order, as a task-by-task walk reads them."""
     if p._groups is None:
@@ -37,6 +38,8 @@ def _heads(p: Problem, resident: frozenset[str]) -> list[tuple[float, int, int, 
         else:
             elig = ags & resident
             key = (ags, elig if elig else None)
+            if key[1] is None and not overdue:
+                continue
         keys.append(key)
         if key not in cache:
             missing[ags] = key
@@ -61,11 +64,12 @@ def _heads(p: Problem, resident: frozenset[str]) -> list[tuple[float, int, int, 
     return heap
 
 
-def greedy_pack(p: Problem, resident: frozenset[str]) -> Plan:
-    """The state R' = `resident` filled with admissions by value (no preemption: repair.py adds those)."""
+def greedy_pack(p: Problem, resident: frozenset[str], overdue: bool = True) -> Plan:
+    """The state R' = `resident` filled with admissions by value (no preemption: repair.py adds those).
+    `overdue` False: no overdue task's call outside R' competes (a held phase, search.py)."""
     agents, kv_pool_tokens, tokens = p.agents, p.kv_pool_tokens, p.request_tokens
     mem = p.base_tokens + sum([agents[a].tokens for a in resident])
-    heap = _heads(p, resident)  # keys (-value, task, index) are distinct: pops come in one order
+    heap = _heads(p, resident, overdue)  # keys (-value, task, index) are distinct: pops come in one order
     outside_agents: set[str] = set()
     admit: list[str] = []
     gains: dict[str, float] = {}

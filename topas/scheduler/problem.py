@@ -119,6 +119,7 @@ class Problem:
     context_s: Mapping[str, float] = field(default_factory=dict)  # each scored call's context value (in its chain's gains)
     running: Callable[[], Sequence[RunningOption]] | None = None  # preemption candidates, computed on demand
     overdue: frozenset[int] = frozenset()  # tasks with a call waiting well beyond W: scored outside R' too
+    hot: frozenset[str] = frozenset()  # scored calls with a cached context beyond their agent prefix on the device
     # J_hold's inputs, built on first use (a state that opens no agent needs none): the expected service seconds
     # of each scored call, and each scored task's first call by gain per token (what opened memory displaces).
     # Called with the problem: a closure over it would be a reference cycle, which leaves every decision's

@@ -5,6 +5,10 @@ A candidate state is a resident prefix set R' filled by GREEDYPACK (pack.py). Wi
 the forced set and applies single additions, drops and swaps, then pair additions when stuck, while the
 score improves: O(|A|^2) evaluations per round. The preemption repair (repair.py) runs on the best state
 and on every state whose blocked gains could still beat it; every state is scored by `score.score_state`.
+
+A held phase narrows the candidates: while a call of a running agent whose cached context (its conversation's
+earlier turns, upstream outputs) is on the device waits for memory, the only candidate is R' = the running
+agents, without overdue calls outside it (docs/topas.md, "Held phases").
 """
 
 from __future__ import annotations
@@ -18,6 +22,12 @@ from topas.scheduler.repair import preempt_repair
 
 def feasible(p: Problem, resident: frozenset[str]) -> bool:
     return p.base_tokens + sum(p.agents[a].tokens for a in resident) <= p.kv_pool_tokens
+
+
+def holds_phase(p: Problem, forced: frozenset[str], start: Plan) -> bool:
+    """A running agent's call with its context cached on the device is blocked in the state of the running agents
+    alone. Memory given to another agent's prefix and calls would delay it further and could evict its context."""
+    return any(p.request_agent[rid] in forced and rid in p.hot for _, rid in start.blocked)
 
 
 def _best(p: Problem, sets: list[frozenset[str]], memo: dict[frozenset[str], Plan]) -> Plan | None:
@@ -52,6 +62,10 @@ def _search(p: Problem, max_enumerate: int, memo: dict[frozenset[str], Plan]) ->
     free = sorted(a for a in p.agents if a not in forced)
     start = greedy_pack(p, forced)  # always evaluated, even if the forced prefixes alone overflow
     memo[forced] = start
+    if holds_phase(p, forced, start):
+        if p.overdue:
+            start = memo[forced] = greedy_pack(p, forced, overdue=False)
+        return start
     if len(free) <= max_enumerate:
         subsets = [forced | frozenset(c) for k in range(1, len(free) + 1) for c in itertools.combinations(free, k)]
         best = _best(p, subsets, memo)
