@@ -55,3 +55,22 @@ def test_holds_phase_reads_only_blocked_calls_of_running_agents_with_a_cached_co
     assert not holds_phase(p, forced, blocked("r0"))  # r has no running call: its blocked call holds nothing
     assert not holds_phase(p, forced, blocked())
     assert not holds_phase(dataclasses.replace(p, hot=frozenset({"r0"})), forced, blocked("t2"))
+
+
+def test_a_running_agents_admitted_call_with_cached_context_is_listed_ahead_of_an_opened_agents_group():
+    """The plan admits both; listed behind the opened agent's group, the engine could stop at a misfit before the
+    cached call and its context would be evicted while it waits (docs/decisions/0056). Calls without a cached
+    context, calls of agents with no running call and calls the plan does not admit keep their places."""
+    from topas.scheduler.ordering import cached_contexts_first
+    from topas.scheduler.problem import AgentOption, Problem
+
+    agents = {"run": AgentOption("run", 1000, True, True, 0.0, 0, 0.1),
+              "new": AgentOption("new", 1000, False, False, 0.1, 0, 0.1)}
+    request_agent = {"1:n": "new", "2:n": "new", "3:r": "run", "4:r": "run", "5:n": "new"}
+    problem = Problem(kv_pool_tokens=30_000, base_tokens=0, agents=agents, request_agent=request_agent,
+                      request_task={rid: int(rid[0]) for rid in request_agent}, request_tokens={r: 500 for r in request_agent},
+                      task_agents={}, chain=lambda t, e: [], swap_s_per_token=1e-5, max_actions=64,
+                      hot=frozenset({"4:r", "5:n"}))
+    listed = ["1:n", "2:n", "3:r", "4:r", "5:n"]
+    assert cached_contexts_first(listed, problem, admit=listed) == ["4:r", "1:n", "2:n", "3:r", "5:n"]
+    assert cached_contexts_first(listed, problem, admit=["1:n", "2:n", "3:r"]) == listed  # not admitted: in place

@@ -7,7 +7,8 @@ and the groups are ranked by the best task they serve, a task being worth its wh
 (`task_value`); when the prefixes locked by running calls bind the pool (`prefixes_bind_pool`), by the demand
 they serve instead (`group_demand`: consolidation). The work-conserving fill follows: every other waiting
 call by aging weight (oldest task first) and ready time, grouped by agent; an agent in R' gets no place
-ahead of older tasks (docs/decisions/0022). The fill never reorders the plan's part.
+ahead of older tasks (docs/decisions/0022). The fill never reorders the plan's part. The plan's calls of running
+agents whose context is cached go first (`cached_contexts_first`).
 """
 
 from __future__ import annotations
@@ -100,5 +101,19 @@ def admission_list(view: SchedulerView, problem: Problem, plan: Plan, aging: Map
         rank = lambda group: group_demand(group, value_of)  # noqa: E731
     else:
         rank = lambda group: max(value_of(rid) for rid in group)  # noqa: E731
-    return (group_by_agent(plan_part, prefix_groups(problem), rank)
-            + group_by_agent([r.rid for r in fill], {r.rid: r.agent for r in fill}))
+    listed = cached_contexts_first(group_by_agent(plan_part, prefix_groups(problem), rank), problem, plan.admit)
+    return listed + group_by_agent([r.rid for r in fill], {r.rid: r.agent for r in fill})
+
+
+def cached_contexts_first(listed: Sequence[str], problem: Problem, admit: Sequence[str]) -> list[str]:
+    """The plan's admitted calls of running agents whose context beyond the agent prefix is cached on the device
+    (`Problem.hot`) moved ahead of the rest, in list order. The plan admits them, but listed behind an opened agent's
+    group the engine can stop at a misfit before reaching them, and their context is evicted while they wait
+    (docs/decisions/0056)."""
+    forced = {a for a, o in problem.agents.items() if o.forced}
+    admitted = set(admit)
+    first = [r for r in listed if r in problem.hot and r in admitted and problem.request_agent[r] in forced]
+    if not first:
+        return list(listed)
+    moved = set(first)
+    return first + [r for r in listed if r not in moved]
